@@ -1,0 +1,50 @@
+"""Entry point of ``robot-rl``: dispatch to the subcommand modules.
+
+Each subcommand module defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``
+and imports its heavy dependencies inside ``run`` so that ``robot-rl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+import robot_rl
+
+# Subcommand name -> module. Later issues add: sim, data, train, eval, launch.
+COMMANDS: dict[str, str] = {
+    "doctor": "robot_rl.cli.doctor",
+    "demo": "robot_rl.cli.demo",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="robot-rl",
+        description="robot_rl: robot learning on ROS 2 (simulation, compliant control, online fine-tuning).",
+    )
+    parser.add_argument("--version", action="version", version=f"robot_rl {robot_rl.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        cmd = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments and run the chosen subcommand; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Simulation: MuJoCo scenes composed from robot models that PyPI packages ship."""

