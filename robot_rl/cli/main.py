@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 import robot_rl
 
-# Subcommand name -> module. Later issues add: sim, data, train, eval, launch.
+# Subcommand name -> module.
 COMMANDS: dict[str, str] = {
     "doctor": "robot_rl.cli.doctor",
     "demo": "robot_rl.cli.demo",
+    "launch": "robot_rl.cli.launch",
 }
 
 

@@ -1,0 +1,141 @@
+"""The YAML launch runner: resolves the ROS 2 YAML launch format and supervises real processes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from robot_rl.paths import package_share_dir
+from robot_rl.ros.launch_processes import launch
+from robot_rl.ros.launch_yaml import LaunchError, load_launch_file, parse_launch_arguments
+
+PY = sys.executable
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+GRAPH = """
+launch:
+- arg: {name: robot, default: panda}
+- arg: {name: with_cam, default: "false"}
+- set_env: {name: ROBOT_RL_TEST_ENV, value: "$(var robot)-x"}
+- node:
+    pkg: robot_rl
+    exec: robot-rl
+    name: sim
+    namespace: "$(var robot)"
+    param:
+    - from: "$(dirname)/params.yaml"
+    - {name: rate, value: 500}
+    - {name: label, value: "$(var robot)"}
+    remap:
+    - {from: target_pose, to: "/$(var robot)/target"}
+- node:
+    if: "$(var with_cam)"
+    pkg: robot_rl
+    exec: robot-rl
+    name: camera
+- group:
+    children:
+    - push_ros_namespace: {namespace: inner}
+    - let: {name: robot, value: shadowed}
+    - executable: {cmd: "echo $(var robot)", name: echo, output: log}
+- executable: {cmd: "echo $(var robot) $(env ROBOT_RL_TEST_ENV)", name: after, unless: "$(var with_cam)"}
+"""
+
+
+def test_resolves_arguments_substitutions_and_conditions(tmp_path: Path) -> None:
+    _write(tmp_path, "params.yaml", "/**:\n  ros__parameters: {rate: 1}\n")
+    path = _write(tmp_path, "g.launch.yaml", GRAPH)
+    desc = load_launch_file(path, {"robot": "g1"})
+    assert desc.arguments == {"robot": "g1", "with_cam": "false"}
+    assert [p.name for p in desc.processes] == ["g1/sim", "echo", "after"]
+    sim = desc.processes[0]
+    ros = sim.cmd[sim.cmd.index("--ros-args") + 1:]
+    assert ros[:4] == ["-r", "__node:=sim", "-r", "__ns:=/g1"]
+    assert ["--params-file", str(tmp_path / "params.yaml")] == ros[4:6]
+    assert "rate:=500" in ros and "label:=g1" in ros and "target_pose:=/g1/target" in ros
+    assert sim.env == {"ROBOT_RL_TEST_ENV": "g1-x"}
+    assert "robot_rl.cli.main" in sim.cmd[2]  # console script resolved through its entry point
+    assert desc.processes[1].cmd == ["echo", "shadowed"] and desc.processes[1].output == "log"
+    assert desc.processes[2].cmd == ["echo", "g1", "g1-x"]  # the scoped group did not leak `let`
+    with_cam = load_launch_file(path, {"with_cam": "true"})
+    assert [p.name for p in with_cam.processes] == ["panda/sim", "camera", "echo"]
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "message"),
+    [
+        ("launch:\n- arg: {name: a}\n", {}, "has no default"),
+        ("launch:\n- arg: {name: a, default: x}\n", {"b": "1"}, r"unknown launch argument\(s\) \['b'\]"),
+        ("launch:\n- node: {pkg: robot_rl, exec: robot-rl, colour: red}\n", {}, "unsupported node field"),
+        ("launch:\n- node: {pkg: robot_rl, exec: no_such_node}\n", {}, "executable 'no_such_node'"),
+        ("launch:\n- timer: {period: 1}\n", {}, "unsupported entity 'timer'"),
+        ("launch:\n- executable: {cmd: 'echo $(var nope)'}\n", {}, r"\$\(var nope\) is not a declared"),
+        ("launch:\n- executable: {cmd: 'echo $(eval 1+1)'}\n", {}, "unsupported substitution"),
+        ("launch:\n- executable: {cmd: x, if: maybe}\n", {}, "condition must be"),
+        ("nodes: []\n", {}, "top-level 'launch'"),
+        ("launch:\n- executable: {cmd: a, name: x}\n- executable: {cmd: b, name: x}\n", {}, "duplicate process"),
+    ],
+)
+def test_bad_launch_files_fail_with_a_reason(tmp_path: Path, text: str, args: dict[str, str], message: str) -> None:
+    with pytest.raises(LaunchError, match=message):
+        load_launch_file(_write(tmp_path, "bad.launch.yaml", text), args)
+
+
+def test_include_passes_arguments(tmp_path: Path) -> None:
+    _write(tmp_path, "inner.launch.yaml", "launch:\n- arg: {name: who, default: nobody}\n"
+                                          "- executable: {cmd: 'echo $(var who)', name: inner}\n")
+    outer = _write(tmp_path, "outer.launch.yaml",
+                   "launch:\n- include:\n    file: '$(dirname)/inner.launch.yaml'\n    arg: [{name: who, value: me}]\n")
+    (proc,) = load_launch_file(outer).processes
+    assert proc.cmd == ["echo", "me"]
+    assert parse_launch_arguments(["a:=1", "b:=x:=y"]) == {"a": "1", "b": "x:=y"}
+    with pytest.raises(LaunchError):
+        parse_launch_arguments(["a=1"])
+
+
+def test_supervises_processes_respawn_kill_and_shutdown_on_exit(tmp_path: Path) -> None:
+    text = f"""
+launch:
+- executable: {{cmd: "{PY} -c 'import time; print(1, flush=True); time.sleep(60)'", name: sleeper}}
+- executable: {{cmd: "{PY} -c 'print(2)'", name: flaky, respawn: "true", respawn_delay: "0.2"}}
+"""
+    desc = load_launch_file(_write(tmp_path, "p.launch.yaml", text))
+    assert desc.processes[1].respawn and desc.processes[1].respawn_delay == 0.2
+    with launch(desc, tmp_path / "logs") as graph:
+        deadline = time.monotonic() + 20
+        while graph._procs["flaky"].restarts < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert graph._procs["flaky"].restarts >= 2 and graph.log("flaky").count("2") >= 2
+        assert graph.is_running("sleeper") and "1" in graph.log("sleeper")
+        graph.kill("sleeper")
+        time.sleep(0.5)
+        assert not graph.is_running("sleeper") and graph.returncode("sleeper") == -9
+
+    stopper = f"""
+launch:
+- executable: {{cmd: "{PY} -c 'import time; time.sleep(60)'", name: long}}
+- executable: {{cmd: "{PY} -c 'import time; time.sleep(0.5)'", name: short, on_exit: shutdown}}
+"""
+    desc = load_launch_file(_write(tmp_path, "s.launch.yaml", stopper))
+    t0 = time.monotonic()
+    with launch(desc) as graph:
+        assert graph.wait(timeout=30)
+        assert time.monotonic() - t0 < 15
+        time.sleep(1.0)
+        assert not graph.is_running("long")
+
+
+def test_share_dir_holds_the_installed_folders() -> None:
+    share = package_share_dir()
+    for folder in ("launch", "config", "controllers", "sim"):
+        assert (share / folder).is_dir()
+    assert (share / "config" / "fastdds_shm.xml").is_file()
