@@ -1,0 +1,515 @@
+"""Crash-safe episode store: one zarr store, episodes appended, earlier episodes never rewritten.
+
+Layout (zarr format 2, see :mod:`robot_rl.data.zarr_compat`)::
+
+    store.zarr/.zattrs                       format, DatasetInfo, StepSchema, task list
+    store.zarr/data/<column>                 one row per step, time-major (see robot_rl.data.schema)
+    store.zarr/meta/episode_ends             end row (exclusive) of each committed episode
+    store.zarr/meta/{episode_id,task_index,success}
+    store.zarr/meta/final_observation.<key>  the last next_observation of each episode
+
+Commit protocol: a writer appends its steps to ``data/`` as it goes (bounded memory), then writes the
+per-episode rows and finally one more row of ``meta/episode_ends``. Rows past ``episode_ends[-1]`` are
+an uncommitted (incomplete) episode: readers ignore them, ``validate`` reports them, and opening for
+append truncates them (chunks deleted, the shared tail chunk zeroed), so a killed writer or a discarded
+take leaves no frames behind. Every file write is atomic (temporary file + rename), so a SIGKILL at any
+moment leaves each array either before or after a write, never half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import numpy as np
+
+from robot_rl.core.config import config_to_dict, load_config
+from robot_rl.core.spaces import SpecError
+from robot_rl.core.transition import SegmentSource, Transition
+from robot_rl.data import zarr_compat as zc
+from robot_rl.data.schema import (
+    EPISODE_COLUMNS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SEGMENT_SOURCES,
+    DatasetError,
+    DatasetInfo,
+    StepSchema,
+)
+
+LOWDIM_CHUNK = 256
+LOCK_NAME = ".writer.lock"
+
+
+@dataclass(frozen=True)
+class EpisodeInfo:
+    """Summary of one committed episode."""
+
+    index: int
+    """Position in the store (0-based)."""
+    episode_id: int
+    """Id given by the recorder (Transition.episode_id)."""
+    task: str
+    """Task text."""
+    success: bool | None
+    """Whether the episode succeeded; None when unknown."""
+    start: int
+    """First row in ``data/``."""
+    length: int
+    """Number of steps."""
+
+
+class EpisodeStore:
+    """An episode store opened for reading (mode "r") or appending (mode "a")."""
+
+    def __init__(self, path: Path, root: Any, writable: bool, lock: IO[bytes] | None) -> None:
+        self.path = path
+        self._root = root
+        self._writable = writable
+        self._lock = lock
+        self._writer: EpisodeWriter | None = None
+        attrs = dict(root.attrs)
+        if attrs.get("format") != FORMAT_NAME:
+            raise DatasetError(f"{path}: not a robot_rl episode store (attribute 'format' is {attrs.get('format')!r})")
+        if int(attrs.get("version", -1)) > FORMAT_VERSION:
+            raise DatasetError(f"{path}: store version {attrs.get('version')} is newer than this code "
+                               f"({FORMAT_VERSION})")
+        try:
+            self.info = load_config(DatasetInfo, attrs["info"])
+        except (KeyError, ValueError) as exc:
+            raise DatasetError(f"{path}: attribute 'info' is missing or malformed ({exc})") from exc
+        self.tasks: list[str] = [str(t) for t in attrs.get("tasks", [])]
+        self.schema: StepSchema | None = StepSchema.from_json(attrs["schema"]) if attrs.get("schema") else None
+        self._ends = self._read_meta("episode_ends", required=True)
+        if np.any(np.diff(np.concatenate([[0], self._ends])) <= 0):
+            raise DatasetError(f"{path}: field meta/episode_ends is not strictly increasing: {self._ends.tolist()}")
+        self.uncommitted_frames = self._check_structure()
+        self.dropped_frames = 0
+        if writable:
+            self.dropped_frames = self.uncommitted_frames
+            self._drop_uncommitted()
+
+    # ----------------------------------------------------------------------------------- open / create
+    @classmethod
+    def create(cls, path: str | Path, info: DatasetInfo, schema: StepSchema | None = None) -> EpisodeStore:
+        """Create a new, empty store at ``path`` (which must not exist) and open it for appending."""
+        path = Path(path)
+        if path.exists():
+            raise DatasetError(f"{path}: already exists; open it with mode='a' to append")
+        root = zc.open_group(path, mode="w-")
+        meta = root.require_group("meta")
+        root.require_group("data")
+        zc.create_array(meta, "episode_ends", (0,), (LOWDIM_CHUNK,), np.dtype(np.int64), zc.lowdim_compressor())
+        for name, dtype in EPISODE_COLUMNS.items():
+            zc.create_array(meta, name, (0,), (LOWDIM_CHUNK,), dtype, zc.lowdim_compressor())
+        root.attrs.update({"format": FORMAT_NAME, "version": FORMAT_VERSION, "info": config_to_dict(info),
+                           "tasks": [], "schema": None})
+        store = cls.open(path, mode="a")
+        if schema is not None:
+            store._init_schema(schema)
+        return store
+
+    @classmethod
+    def open(cls, path: str | Path, mode: str = "r") -> EpisodeStore:
+        """Open an existing store: "r" reads only; "a" appends and drops an uncommitted episode."""
+        path = Path(path)
+        if mode not in ("r", "a"):
+            raise ValueError(f"mode: expected 'r' or 'a', got {mode!r}")
+        if not (path / ".zgroup").is_file():
+            raise DatasetError(f"{path}: no episode store here (missing .zgroup)")
+        lock = _acquire_lock(path) if mode == "a" else None
+        try:
+            root = zc.open_group(path, mode="r" if mode == "r" else "r+")
+            return cls(path, root, writable=mode == "a", lock=lock)
+        except Exception:
+            if lock is not None:
+                lock.close()
+            raise
+
+    def close(self) -> None:
+        """Release the writer lock; an episode still being written is discarded."""
+        if self._writer is not None:
+            self._writer.discard()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+        self._writable = False
+
+    def __enter__(self) -> EpisodeStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------- reading
+    @property
+    def num_episodes(self) -> int:
+        """Committed episodes."""
+        return int(self._ends.size)
+
+    @property
+    def num_frames(self) -> int:
+        """Committed steps over all episodes."""
+        return int(self._ends[-1]) if self._ends.size else 0
+
+    @property
+    def episode_ends(self) -> np.ndarray:
+        """End row (exclusive) of each committed episode."""
+        return self._ends.copy()
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        """Rows [start, stop) of episode ``index``."""
+        if not 0 <= index < self.num_episodes:
+            raise DatasetError(f"episode {index}: out of range, the store has {self.num_episodes} episode(s)")
+        return (int(self._ends[index - 1]) if index else 0), int(self._ends[index])
+
+    def episode_info(self, index: int) -> EpisodeInfo:
+        """Id, task, success and extent of episode ``index``."""
+        start, stop = self.bounds(index)
+        meta = {name: self._meta_value(name, index) for name in EPISODE_COLUMNS}
+        task_index = int(meta["task_index"])
+        if not 0 <= task_index < len(self.tasks):
+            raise DatasetError(f"episode {index}, field meta/task_index: {task_index} is not a known task")
+        success = None if int(meta["success"]) < 0 else bool(meta["success"])
+        return EpisodeInfo(index, int(meta["episode_id"]), self.tasks[task_index], success, start, stop - start)
+
+    def column_names(self) -> list[str]:
+        """Every per-step column name (empty before the first step was written)."""
+        return list(self.schema.columns()) if self.schema else []
+
+    def array(self, column: str) -> Any:
+        """The raw zarr array of a per-step column (rows past :attr:`num_frames` are uncommitted)."""
+        try:
+            return self._root["data"][column]
+        except KeyError:
+            raise DatasetError(f"{self.path}: field data/{column} is missing") from None
+
+    def read_episode(self, index: int, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Columns of episode ``index`` as arrays with a leading time axis."""
+        start, stop = self.bounds(index)
+        out = {}
+        for name in columns if columns is not None else self.column_names():
+            out[name] = self._read(index, name, lambda n=name: self.array(n)[start:stop])
+        return out
+
+    def final_observation(self, index: int) -> dict[str, np.ndarray]:
+        """The ``next_observation`` of the last step of episode ``index``."""
+        self.bounds(index)
+        assert self.schema is not None
+        meta = self._root["meta"]
+        return {k: self._read(index, f"meta/final_observation.{k}",
+                              lambda k=k: meta[f"final_observation.{k}"][index])
+                for k in self.schema.observation}
+
+    def transitions(self, index: int) -> Iterator[Transition]:
+        """Rebuild the Transition records of episode ``index`` (exactly what was written)."""
+        cols = self.read_episode(index)
+        final = self.final_observation(index)
+        info = self.episode_info(index)
+        assert self.schema is not None
+        keys = list(self.schema.observation)
+        n = info.length
+        for i in range(n):
+            obs = {k: cols[f"observation.{k}"][i] for k in keys}
+            nxt = final if i == n - 1 else {k: cols[f"observation.{k}"][i + 1] for k in keys}
+            src = int(cols["segment_source"][i])
+            if src >= len(SEGMENT_SOURCES):
+                raise DatasetError(f"episode {index}, field segment_source: value {src} at step {i} is unknown")
+            yield Transition(
+                observation=obs, next_observation=nxt, action=cols["action"][i],
+                policy_action=_none_if_nan(cols["policy_action"][i]), base_action=_none_if_nan(cols["base_action"][i]),
+                reward=float(cols["reward"][i]), terminated=bool(cols["terminated"][i]),
+                truncated=bool(cols["truncated"][i]), is_intervention=bool(cols["is_intervention"][i]),
+                segment_source=SegmentSource(SEGMENT_SOURCES[src]), segment_id=int(cols["segment_id"][i]),
+                episode_id=info.episode_id, step=i, policy_version=int(cols["policy_version"][i]),
+                obs_stamp=float(cols["obs_stamp"][i]), next_obs_stamp=float(cols["next_obs_stamp"][i]),
+            )
+
+    # ----------------------------------------------------------------------------------- writing
+    def begin_episode(self, task: str | None = None, episode_id: int | None = None,
+                      flush_frames: int = 16) -> EpisodeWriter:
+        """Start writing one episode; commit or discard it before starting the next."""
+        if not self._writable:
+            raise DatasetError(f"{self.path}: opened read-only; open with mode='a' to record")
+        if self._writer is not None:
+            raise DatasetError(f"{self.path}: episode {self.num_episodes} is still being written")
+        if episode_id is None:
+            ids = self._root["meta"]["episode_id"][: self.num_episodes]
+            episode_id = int(ids.max()) + 1 if ids.size else 0
+        self._writer = EpisodeWriter(self, task if task is not None else self.info.task, episode_id, flush_frames)
+        return self._writer
+
+    def add_episode(self, transitions: Iterable[Transition], task: str | None = None,
+                    success: bool | None = None) -> int:
+        """Write and commit a whole episode; returns its index."""
+        with self.begin_episode(task=task) as writer:
+            for t in transitions:
+                writer.add(t)
+            return writer.commit(success=success)
+
+    # ----------------------------------------------------------------------------------- internals
+    def _init_schema(self, schema: StepSchema) -> None:
+        data, meta = self._root["data"], self._root["meta"]
+        for name, (shape, dtype) in schema.columns().items():
+            image = len(shape) == 3 and dtype == np.uint8
+            chunks = (1, *shape) if image else (LOWDIM_CHUNK, *shape)
+            comp = zc.image_compressor() if image else zc.lowdim_compressor()
+            zc.create_array(data, name, (0, *shape), chunks, dtype, comp)
+            if name.startswith("observation."):
+                key = name[len("observation."):]
+                zc.create_array(meta, f"final_observation.{key}", (0, *shape),
+                                (1, *shape) if image else (LOWDIM_CHUNK, *shape), dtype, comp)
+        self._root.attrs["schema"] = schema.to_json()
+        self.schema = schema
+
+    def _read_meta(self, name: str, required: bool = False) -> np.ndarray:
+        try:
+            arr = self._root["meta"][name]
+        except KeyError:
+            raise DatasetError(f"{self.path}: field meta/{name} is missing") from None
+        try:
+            return np.asarray(arr[:])
+        except Exception as exc:
+            raise DatasetError(f"{self.path}: field meta/{name} cannot be read ({type(exc).__name__}: {exc})") from exc
+
+    def _meta_value(self, name: str, index: int) -> Any:
+        return self._read(index, f"meta/{name}", lambda: self._root["meta"][name][index])
+
+    def _read(self, index: int, field: str, fn: Any) -> np.ndarray:
+        try:
+            return np.asarray(fn())
+        except DatasetError:
+            raise
+        except Exception as exc:
+            raise DatasetError(f"episode {index}, field {field}: cannot be read ({type(exc).__name__}: {exc})") from exc
+
+    def _episode_at_row(self, row: int) -> int:
+        return int(np.searchsorted(self._ends, row, side="right"))
+
+    def _check_structure(self) -> int:
+        """Cheap checks on open; returns the number of uncommitted rows."""
+        n_ep, n_rows = self.num_episodes, self.num_frames
+        finals = [f"final_observation.{k}" for k in (self.schema.observation if self.schema else ())]
+        for name in (*EPISODE_COLUMNS, *finals):
+            length = self._meta_shape(name)[0]
+            if length < n_ep:
+                raise DatasetError(f"episode {length}, field meta/{name}: missing (has {length} of {n_ep} rows)")
+        if self.schema is None:
+            if n_ep:
+                raise DatasetError(f"{self.path}: {n_ep} episode(s) but no schema attribute")
+            return 0
+        longest = n_rows
+        for name, (shape, _dtype) in self.schema.columns().items():
+            arr = self.array(name)
+            if tuple(arr.shape[1:]) != shape:
+                raise DatasetError(f"{self.path}: field data/{name} has step shape {tuple(arr.shape[1:])}, "
+                                   f"schema says {shape}")
+            if arr.shape[0] < n_rows:
+                ep = self._episode_at_row(arr.shape[0])
+                raise DatasetError(f"episode {ep}, field data/{name}: truncated ({arr.shape[0]} of {n_rows} rows)")
+            longest = max(longest, arr.shape[0])
+        return longest - n_rows
+
+    def _meta_shape(self, name: str) -> tuple[int, ...]:
+        try:
+            return tuple(self._root["meta"][name].shape)
+        except KeyError:
+            raise DatasetError(f"{self.path}: field meta/{name} is missing") from None
+
+    def _drop_uncommitted(self) -> None:
+        """Truncate rows past the last committed episode (crash leftovers, discarded takes)."""
+        for part in self.path.rglob("*.partial"):
+            part.unlink(missing_ok=True)
+        data, meta = self._root["data"], self._root["meta"]
+        for name in zc.array_names(data):
+            _truncate(data[name], self.num_frames)
+        for name in zc.array_names(meta):
+            _truncate(meta[name], self.num_episodes)
+
+
+class EpisodeWriter:
+    """Appends the steps of one episode; :meth:`commit` makes it visible, :meth:`discard` erases it.
+
+    Used as a context manager it commits on normal exit and discards when an exception escapes.
+    """
+
+    def __init__(self, store: EpisodeStore, task: str, episode_id: int, flush_frames: int) -> None:
+        if flush_frames < 1:
+            raise ValueError(f"flush_frames: must be >= 1, got {flush_frames}")
+        self.store, self.task, self.episode_id = store, task, episode_id
+        self.index = store.num_episodes
+        self._flush_frames = flush_frames
+        self._start = store.num_frames
+        self._written = 0
+        self._buffer: dict[str, list[np.ndarray]] = {}
+        self._last: Transition | None = None
+        self.done = False
+
+    @property
+    def num_steps(self) -> int:
+        """Steps added so far."""
+        return self._written + len(next(iter(self._buffer.values()), []))
+
+    def add(self, t: Transition) -> None:
+        """Append one step; raises SpecError naming the episode and field on bad input (nothing is written)."""
+        self._check_open()
+        where = f"episode {self.index}"
+        if not isinstance(t, Transition):
+            raise SpecError(f"{where}: expected a Transition, got {type(t).__name__}")
+        if self.store.schema is None:
+            self.store._init_schema(StepSchema.from_observation(t.observation, t.action))
+        schema = self.store.schema
+        assert schema is not None
+        step = self.num_steps
+        if t.step != step:
+            raise SpecError(f"{where}, field step: expected {step}, got {t.step}")
+        if t.episode_id != self.episode_id:
+            raise SpecError(f"{where}, field episode_id: expected {self.episode_id}, got {t.episode_id}")
+        with _prefixed(f"{where}, step {step}, field "):
+            _check_obs(schema, t.observation, "observation.")
+            _check_obs(schema, t.next_observation, "next_observation.")
+            for name in ("action", "policy_action", "base_action"):
+                value = getattr(t, name)
+                if value is not None and value.shape != (schema.action_dim,):
+                    raise SpecError(f"{name}: expected shape ({schema.action_dim},), got {value.shape}")
+        if self._last is not None:
+            for k, v in t.observation.items():
+                if not np.array_equal(v, self._last.next_observation[k]):
+                    raise SpecError(f"{where}, step {step}, field observation.{k}: differs from the previous step's "
+                                    "next_observation (steps of an episode must be consecutive)")
+        nan_action = np.full(schema.action_dim, np.nan, dtype=np.float32)
+        row: dict[str, Any] = {f"observation.{k}": v for k, v in t.observation.items()}
+        row.update(action=t.action, policy_action=t.policy_action if t.policy_action is not None else nan_action,
+                   base_action=t.base_action if t.base_action is not None else nan_action,
+                   reward=t.reward, terminated=t.terminated, truncated=t.truncated,
+                   is_intervention=t.is_intervention, segment_source=SEGMENT_SOURCES.index(t.segment_source.value),
+                   segment_id=t.segment_id, policy_version=t.policy_version, obs_stamp=t.obs_stamp,
+                   next_obs_stamp=t.next_obs_stamp)
+        for name, value in row.items():
+            self._buffer.setdefault(name, []).append(np.asarray(value))
+        self._last = t
+        if len(self._buffer["action"]) >= self._flush_frames:
+            self._flush()
+
+    def commit(self, success: bool | None = None) -> int:
+        """Make the episode part of the store (atomically); returns its index."""
+        self._check_open()
+        if self._last is None:
+            raise DatasetError(f"episode {self.index}: cannot commit an empty episode")
+        self._flush()
+        store = self.store
+        schema = store.schema
+        assert schema is not None
+        if self.task not in store.tasks:
+            store.tasks.append(self.task)
+            store._root.attrs["tasks"] = store.tasks
+        meta = store._root["meta"]
+        for k in schema.observation:
+            _append(meta[f"final_observation.{k}"], self.index, np.asarray(self._last.next_observation[k])[None])
+        values = {"episode_id": self.episode_id, "task_index": store.tasks.index(self.task),
+                  "success": -1 if success is None else int(bool(success))}
+        for name, value in values.items():
+            _append(meta[name], self.index, np.asarray([value], dtype=EPISODE_COLUMNS[name]))
+        end = self._start + self._written
+        _append(meta["episode_ends"], self.index, np.asarray([end], dtype=np.int64))  # the commit point
+        store._ends = np.append(store._ends, end)
+        self._finish()
+        return self.index
+
+    def discard(self) -> None:
+        """Drop every step of this episode from disk (re-record, e-stop, operator abort)."""
+        if self.done:
+            return
+        self._buffer.clear()
+        self.store._drop_uncommitted()
+        self._finish()
+
+    def __enter__(self) -> EpisodeWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is not None:
+            self.discard()
+        elif not self.done:
+            self.commit()
+
+    def _check_open(self) -> None:
+        if self.done:
+            raise DatasetError(f"episode {self.index}: already committed or discarded")
+
+    def _finish(self) -> None:
+        self.done = True
+        self.store._writer = None
+
+    def _flush(self) -> None:
+        if not self._buffer or not self._buffer["action"]:
+            return
+        row = self._start + self._written
+        count = len(self._buffer["action"])
+        data = self.store._root["data"]
+        for name, values in self._buffer.items():
+            _append(data[name], row, np.stack(values))
+        self._written += count
+        self._buffer = {}
+
+
+def _append(arr: Any, row: int, values: np.ndarray) -> None:
+    """Write ``values`` at ``row`` (growing the array); earlier rows are left as they are."""
+    arr.resize((row + len(values), *arr.shape[1:]))
+    arr[row: row + len(values)] = values
+
+
+def _truncate(arr: Any, rows: int) -> None:
+    """Shrink to ``rows``: later chunks are deleted and the shared tail chunk is zeroed past ``rows``."""
+    if arr.shape[0] <= rows:
+        return
+    chunk = arr.chunks[0]
+    tail_end = min(arr.shape[0], -(-rows // chunk) * chunk)
+    if tail_end > rows:
+        arr[rows:tail_end] = np.zeros((tail_end - rows, *arr.shape[1:]), dtype=arr.dtype)
+    arr.resize((rows, *arr.shape[1:]))
+
+
+def _check_obs(schema: StepSchema, obs: Any, prefix: str) -> None:
+    if set(obs) != set(schema.observation):
+        raise SpecError(f"{prefix.rstrip('.')}: keys {sorted(obs)} differ from the store's "
+                        f"{sorted(schema.observation)}")
+    for k, spec in schema.observation.items():
+        v = obs[k]
+        if v.shape != spec.shape or v.dtype != spec.np_dtype:
+            raise SpecError(f"{prefix}{k}: expected {spec.shape}/{spec.dtype}, got {v.shape}/{v.dtype.name}")
+
+
+@contextlib.contextmanager
+def _prefixed(prefix: str) -> Iterator[None]:
+    try:
+        yield
+    except SpecError as exc:
+        raise SpecError(prefix + str(exc)) from None
+
+
+def _none_if_nan(value: np.ndarray) -> np.ndarray | None:
+    return None if np.all(np.isnan(value)) else np.asarray(value)
+
+
+def _acquire_lock(path: Path) -> IO[bytes]:
+    """Hold an exclusive lock on the store for this process (released on exit, even on SIGKILL)."""
+    handle = open(path / LOCK_NAME, "ab")  # noqa: SIM115 - kept open while the store is open
+    try:
+        import fcntl
+
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:  # pragma: no cover - not POSIX: no inter-process lock
+        pass
+    except OSError:
+        handle.close()
+        raise DatasetError(f"{path}: another process has it open for writing (pid lock {LOCK_NAME})") from None
+    os.set_inheritable(handle.fileno(), False)
+    return handle
