@@ -37,6 +37,7 @@ def share_files() -> list[tuple[str, list[str]]]:
 # One console script per ROS node (``ros2 run robot_rl <name>``) plus the ``robot-rl`` CLI.
 CONSOLE_SCRIPTS = [
     "robot-rl = robot_rl.cli.main:main",
+    "camera_node = robot_rl.ros.camera_node:main",
 ]
 
 setup(

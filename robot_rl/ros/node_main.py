@@ -1,0 +1,55 @@
+"""The one ``main`` every robot_rl node uses: init, spin on the right executor, clean shutdown.
+
+Measured on the project machine (feasibility.md §2): the MultiThreadedExecutor lost half of a 1 kHz
+JointState stream on 2 cores, while the single-threaded and events executors kept all of it. Nodes spin
+on the SingleThreadedExecutor. rclpy's experimental EventsExecutor uses less CPU but, with Kilted's
+wheels here, a node spinning on it ignored SIGINT/SIGTERM and its timers stalled after a few ticks, so
+it is opt-in (``ROBOT_RL_EXECUTOR=events``) until that is fixed upstream.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+
+
+def make_executor() -> Any:
+    """SingleThreadedExecutor, or the EventsExecutor when ``ROBOT_RL_EXECUTOR=events`` (and available)."""
+    if os.environ.get("ROBOT_RL_EXECUTOR", "single") == "events":
+        try:
+            from rclpy.experimental import EventsExecutor
+        except ImportError:
+            return SingleThreadedExecutor()
+        return EventsExecutor()
+    return SingleThreadedExecutor()
+
+
+def run_node(factory: Callable[[], Node], args: Sequence[str] | None = None) -> int:
+    """Create the node with ``factory`` and spin it until Ctrl-C or shutdown; returns the exit code.
+
+    Only KeyboardInterrupt and ExternalShutdownException count as a clean stop; any other exception
+    propagates so the process exits non-zero (a crashed node must not look healthy to its launcher).
+    """
+    rclpy.init(args=list(args) if args is not None else sys.argv)
+    node = None
+    try:
+        node = factory()
+        executor = make_executor()
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            close = getattr(node, "close", None)
+            if callable(close):
+                close()
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0

@@ -1,0 +1,1 @@
+"""Sensor sources in the pure core (cameras), shared by ROS nodes, recorders and simulators."""
