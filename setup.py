@@ -38,6 +38,7 @@ def share_files() -> list[tuple[str, list[str]]]:
 CONSOLE_SCRIPTS = [
     "robot-rl = robot_rl.cli.main:main",
     "camera_node = robot_rl.ros.camera_node:main",
+    "teleop_node = robot_rl.ros.teleop_node:main",
 ]
 
 setup(
@@ -56,6 +57,7 @@ setup(
     zip_safe=False,
     install_requires=[
         "numpy>=1.24",
+        "scipy>=1.10",
         "pyyaml>=6",
         "mujoco>=3.2",
         "gymnasium>=1.0",

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 from builtin_interfaces.msg import Time
+from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 
 from robot_rl.core.spaces import SpecError
@@ -81,6 +82,38 @@ def joint_state_from_msg(msg: JointState, joint_names: Sequence[str] | None = No
         arrays = [a[order] for a in arrays]
         names = list(joint_names)
     return names, arrays[0], arrays[1], arrays[2]
+
+
+def pose_to_msg(position: np.ndarray, quat_wxyz: np.ndarray, stamp_ns: int, frame_id: str) -> PoseStamped:
+    """A geometry_msgs/PoseStamped from a position and a (w, x, y, z) quaternion."""
+    msg = PoseStamped()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.header.frame_id = frame_id
+    p, q = np.asarray(position, dtype=np.float64), np.asarray(quat_wxyz, dtype=np.float64)
+    msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in p)
+    msg.pose.orientation.w, msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z = (
+        float(v) for v in q)
+    return msg
+
+
+def pose_from_msg(msg: PoseStamped, expected_frame: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(position, unit quaternion w, x, y, z) from a PoseStamped.
+
+    Raises:
+        SpecError: for NaN/inf values, a quaternion whose norm is far from 1 (not a rotation), or a frame
+            other than ``expected_frame``.
+    """
+    if expected_frame is not None and msg.header.frame_id not in ("", expected_frame):
+        raise SpecError(f"PoseStamped: frame {msg.header.frame_id!r}, expected {expected_frame!r}")
+    p, o = msg.pose.position, msg.pose.orientation
+    position = np.array([p.x, p.y, p.z])
+    quat = np.array([o.w, o.x, o.y, o.z])
+    if not (np.all(np.isfinite(position)) and np.all(np.isfinite(quat))):
+        raise SpecError("PoseStamped: contains NaN or inf")
+    norm = float(np.linalg.norm(quat))
+    if abs(norm - 1.0) > 1e-2:
+        raise SpecError(f"PoseStamped: orientation is not a unit quaternion (norm {norm:.3f})")
+    return position, quat / norm
 
 
 # --------------------------------------------------------------------------------------------------
