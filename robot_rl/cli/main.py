@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "robot_rl.cli.doctor",
     "demo": "robot_rl.cli.demo",
     "launch": "robot_rl.cli.launch",
+    "data": "robot_rl.cli.data",
 }
 
 

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from robot_rl.core.config import config_to_dict
 from robot_rl.data.schema import SEGMENT_SOURCES, DatasetError
-from robot_rl.data.stats import RunningStats, stats_to_json
+from robot_rl.data.stats import QUANTILES, RunningStats, stats_to_json
 from robot_rl.data.store import EpisodeStore
 from robot_rl.data.video import VideoWriter, pick_encoder
 
@@ -60,7 +60,8 @@ def state_names(store: EpisodeStore) -> list[str]:
     return names
 
 
-def lerobot_features(store: EpisodeStore, fps: int, codec: str) -> dict[str, dict[str, Any]]:
+def lerobot_features(store: EpisodeStore, fps: int, codec: str,
+                     proposed: Sequence[str] = ("policy_action", "base_action")) -> dict[str, dict[str, Any]]:
     """The ``features`` block of info.json for this store."""
     schema = store.schema
     assert schema is not None
@@ -82,7 +83,7 @@ def lerobot_features(store: EpisodeStore, fps: int, codec: str) -> dict[str, dic
     feats["next.truncated"] = {"dtype": "bool", "shape": [1], "names": None}
     for name, dtype in COMPLEMENTARY:
         feats[f"complementary_info.{name}"] = {"dtype": dtype, "shape": [1], "names": None}
-    for name in ("policy_action", "base_action"):
+    for name in proposed:  # only the proposals that were recorded
         feats[f"complementary_info.{name}"] = {"dtype": "float32", "shape": [schema.action_dim], "names": action_names}
     feats["timestamp"] = {"dtype": "float32", "shape": [1], "names": None}
     for name in ("frame_index", "episode_index", "index", "task_index"):
@@ -105,47 +106,71 @@ def export_lerobot(store: EpisodeStore, out: str | Path, episodes: Sequence[int]
     if abs(fps - store.info.fps) > 1e-6:
         raise DatasetError(f"{store.path}: LeRobot needs an integer fps, the store has {store.info.fps}")
     enc_name, codec, _ = pick_encoder(encoder)
-    feats = lerobot_features(store, fps, codec)
-    schema = store.schema
     selected = list(range(store.num_episodes)) if episodes is None else list(episodes)
+    proposed = tuple(name for name in ("policy_action", "base_action") if _ever_set(store, name, selected))
+    feats = lerobot_features(store, fps, codec, proposed)
+    schema = store.schema
     tasks = sorted({store.episode_info(i).task for i in selected}, key=store.tasks.index)
     stats = {k: RunningStats(_stat_shape(v), image=v["dtype"] == "video") for k, v in feats.items()}
     data_out = _RollingParquet(out, feats)
     videos = {key: _RollingVideo(out, IMAGE_PREFIX + key, fps, enc_name) for key in schema.image_keys}
     episode_rows = []
     index = 0
-    for new_index, ep in enumerate(tqdm(selected, desc="export", unit="episode", disable=not progress)):
-        info = store.episode_info(ep)
-        cols = store.read_episode(ep)
-        n = info.length
-        columns = _frame_columns(store, cols, n, new_index, index, tasks.index(info.task), fps)
-        data_file = data_out.write(columns)
-        row: dict[str, Any] = {"episode_index": new_index, "tasks": [info.task], "length": n,
-                               "data/chunk_index": data_file // CHUNKS_SIZE, "data/file_index": data_file % CHUNKS_SIZE,
-                               "dataset_from_index": index, "dataset_to_index": index + n}
-        for key, video in videos.items():
-            file_index, start = video.write(cols[f"observation.{key}"])
-            prefix = f"videos/{IMAGE_PREFIX}{key}/"
-            row.update({prefix + "chunk_index": file_index // CHUNKS_SIZE,
-                        prefix + "file_index": file_index % CHUNKS_SIZE,
-                        prefix + "from_timestamp": start / fps, prefix + "to_timestamp": (start + n) / fps})
-        ep_stats = {k: RunningStats(_stat_shape(v), image=v["dtype"] == "video") for k, v in feats.items()}
-        for key, values in columns.items():
-            _update(ep_stats[key], values)
-        for key in schema.image_keys:
-            ep_stats[IMAGE_PREFIX + key].update(cols[f"observation.{key}"])
-        for key, acc in ep_stats.items():
-            stats[key].merge(acc)
-            for stat, value in acc.result().items():
-                row[f"stats/{key}/{stat}"] = np.asarray(value).tolist()
-        row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
-        episode_rows.append(row)
-        index += n
-    data_out.close()
-    for video in videos.values():
-        video.close()
+    try:
+        for new_index, ep in enumerate(tqdm(selected, desc="export", unit="episode", disable=not progress)):
+            row = _export_episode(store, ep, new_index, index, tasks, fps, feats, data_out, videos, stats)
+            episode_rows.append(row)
+            index += int(row["length"])
+    finally:
+        data_out.close()
+        for video in videos.values():
+            video.close()
     _write_meta(out, store, feats, tasks, episode_rows, stats, fps, index, repo_id, enc_name)
     return out
+
+
+def _export_episode(store: EpisodeStore, ep: int, new_index: int, first: int, tasks: list[str], fps: int,
+                    feats: dict[str, dict[str, Any]], data_out: _RollingParquet, videos: dict[str, _RollingVideo],
+                    stats: dict[str, RunningStats]) -> dict[str, Any]:
+    """Write one episode's rows and frames; returns its meta/episodes row (with per-episode stats)."""
+    info = store.episode_info(ep)
+    cols = store.read_episode(ep)
+    n = info.length
+    columns = _frame_columns(store, cols, n, new_index, first, tasks.index(info.task), fps)
+    columns = {k: v for k, v in columns.items() if k in feats}
+    data_file = data_out.write(columns)
+    row: dict[str, Any] = {"episode_index": new_index, "tasks": [info.task], "length": n,
+                           "data/chunk_index": data_file // CHUNKS_SIZE, "data/file_index": data_file % CHUNKS_SIZE,
+                           "dataset_from_index": first, "dataset_to_index": first + n}
+    for key, video in videos.items():
+        file_index, start = video.write(cols[f"observation.{key}"])
+        prefix = f"videos/{IMAGE_PREFIX}{key}/"
+        row.update({prefix + "chunk_index": file_index // CHUNKS_SIZE, prefix + "file_index": file_index % CHUNKS_SIZE,
+                    prefix + "from_timestamp": start / fps, prefix + "to_timestamp": (start + n) / fps})
+    ep_stats = {k: RunningStats(_stat_shape(v), image=v["dtype"] == "video") for k, v in feats.items()}
+    for key, values in columns.items():
+        _update(ep_stats[key], values)
+    for key in videos:
+        ep_stats[IMAGE_PREFIX + key].update(cols[f"observation.{key}"])
+    for key, acc in ep_stats.items():
+        stats[key].merge(acc)
+        result = acc.result() if acc.count else _empty_stats(acc)
+        for stat, value in result.items():
+            row[f"stats/{key}/{stat}"] = np.asarray(value).tolist()
+    row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
+    return row
+
+
+def _empty_stats(acc: RunningStats) -> dict[str, np.ndarray]:
+    """NaN statistics for a feature with no valid row in an episode (e.g. no policy ran)."""
+    nan = np.full(acc.shape, np.nan)
+    return {**{k: nan for k in ("mean", "std", "min", "max", *QUANTILES)}, "count": np.array([0])}
+
+
+def _ever_set(store: EpisodeStore, column: str, episodes: Sequence[int]) -> bool:
+    """Whether any step of ``episodes`` has a ``column`` (policy/base action) proposal."""
+    arr = store.array(column)
+    return any(not np.isnan(arr[slice(*store.bounds(i)), 0]).all() for i in episodes)
 
 
 def _stat_shape(feature: dict[str, Any]) -> tuple[int, ...]:

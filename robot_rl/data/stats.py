@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from robot_rl.data.store import EpisodeStore
 
 QUANTILES: dict[str, float] = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 _MIN_EXP = -40  # finest bin width 2**-40: constant columns still get a valid histogram
@@ -205,3 +208,31 @@ def compute_stats(batches: Iterable[Mapping[str, np.ndarray]], image_keys: Itera
 def stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
     """Nested lists (what meta/stats.json holds)."""
     return {k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats.items()}
+
+
+def store_stats(store: EpisodeStore, columns: Sequence[str] | None = None, batch_frames: int = 256,
+                progress: bool = False) -> dict[str, dict[str, np.ndarray]]:
+    """Statistics of a store's per-step columns (default: observations, actions, reward) in one pass.
+
+    ``policy_action`` / ``base_action`` rows that were not proposed (NaN) are left out.
+    """
+    from tqdm import tqdm
+
+    schema = store.schema
+    if schema is None or store.num_frames == 0:
+        raise ValueError(f"{store.path}: no data to compute statistics of")
+    if columns is None:
+        columns = [f"observation.{k}" for k in schema.observation] + ["action", "policy_action", "base_action",
+                                                                     "reward"]
+    images = {f"observation.{k}" for k in schema.image_keys}
+    specs = schema.columns()
+    acc = {c: RunningStats(specs[c][0] or (1,), image=c in images) for c in columns}
+    for start in tqdm(range(0, store.num_frames, batch_frames), desc="stats", unit="batch", disable=not progress):
+        stop = min(start + batch_frames, store.num_frames)
+        for c in columns:
+            values = np.asarray(store.array(c)[start:stop])
+            if c not in images:
+                values = values.reshape(len(values), -1)
+                values = values[~np.isnan(values.astype(np.float64)).any(axis=1)]
+            acc[c].update(values)
+    return {c: a.result() for c, a in acc.items() if a.count}
