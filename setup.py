@@ -39,6 +39,7 @@ CONSOLE_SCRIPTS = [
     "robot-rl = robot_rl.cli.main:main",
     "camera_node = robot_rl.ros.camera_node:main",
     "teleop_node = robot_rl.ros.teleop_node:main",
+    "safety_node = robot_rl.ros.safety_node:main",
 ]
 
 setup(
