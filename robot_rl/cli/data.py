@@ -121,10 +121,14 @@ def _record(args: argparse.Namespace) -> int:
                            controller=dict(getattr(env.unwrapped, "controller_config", {}) or {}),
                            source=f"gymnasium:{args.env} expert:{args.expert}")
         store = EpisodeStore.create(out, info)
-    with store:
-        report = record(env, expert, store, args.episodes, max_steps=args.max_steps, seed=args.seed,
-                        task=args.task, progress=_progress(args))
-    env.close()
+    try:
+        with store:
+            report = record(env, expert, store, args.episodes, max_steps=args.max_steps, seed=args.seed,
+                            task=args.task, progress=_progress(args))
+    finally:
+        if hasattr(expert, "close"):
+            expert.close()  # e.g. give the terminal back after keyboard control
+        env.close()
     rate = report.success_rate
     print(f"recorded {len(report.episodes)} episode(s), {sum(report.lengths)} steps in {report.seconds:.1f} s "
           f"({sum(report.lengths) / max(report.seconds, 1e-9):.0f} steps/s) into {out}; success rate "

@@ -6,7 +6,9 @@ as float32, scalars as shape (1,)) or a single array (stored as field ``state``)
 raises mid-way (NaN from the sim, a bad action shape, an operator abort) is discarded from disk, the
 episodes before it stay, and the error names the episode and field. The expert may be a callable
 ``obs -> action`` or an object with ``act(obs)``; experts with ``reset()`` are reset per episode, and
-an expert may set ``is_human`` (its steps are stored as human interventions) and ``wants_rerecord``.
+an expert may set ``is_human`` (its steps are stored as human interventions), ``wants_rerecord`` (the
+take is discarded and recorded again), ``episode_done`` with ``outcome`` (the human ends the episode
+and says whether it succeeded) and ``stop_requested`` (end the session).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_st
         report.successes.append(success)
         bar.update(1)
         bar.set_postfix(success=report.success_rate)
+        if getattr(expert, "stop_requested", False):
+            break
     bar.close()
     report.seconds = time.perf_counter() - start
     return report
@@ -107,9 +111,13 @@ def _record_one(env: gym.Env, expert: Any, store: EpisodeStore, seed: int, max_s
         obs = to_observation(raw_obs)
         while True:
             action = expert_action(expert, raw_obs)
+            if getattr(expert, "wants_rerecord", False):
+                writer.discard()
+                return step, None, True
+            ended = bool(getattr(expert, "episode_done", False))
             raw_next, reward, terminated, truncated, info = env.step(action)
             nxt = to_observation(raw_next)
-            cut = max_steps is not None and step + 1 >= max_steps
+            cut = (max_steps is not None and step + 1 >= max_steps) or ended
             writer.add(Transition(
                 observation=obs, next_observation=nxt, action=action, reward=float(reward),
                 terminated=bool(terminated), truncated=bool(truncated) or (cut and not terminated),
@@ -117,13 +125,12 @@ def _record_one(env: gym.Env, expert: Any, store: EpisodeStore, seed: int, max_s
                 obs_stamp=step / fps, next_obs_stamp=(step + 1) / fps,
             ))
             step += 1
-            if getattr(expert, "wants_rerecord", False):
-                writer.discard()
-                return step, None, True
             if terminated or truncated or cut:
                 break
             obs, raw_obs = nxt, raw_next
-        success = info.get("success", info.get("is_success"))
+        success = getattr(expert, "outcome", None)
+        if success is None:
+            success = info.get("success", info.get("is_success"))
         success = None if success is None else bool(success)
         writer.commit(success=success)
         return step, success, False
