@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -73,6 +74,7 @@ class EpisodeStore:
         self._writable = writable
         self._lock = lock
         self._writer: EpisodeWriter | None = None
+        self._arrays: dict[str, Any] = {}  # "data/x" / "meta/y" -> opened array (metadata read once)
         attrs = dict(root.attrs)
         if attrs.get("format") != FORMAT_NAME:
             raise DatasetError(f"{path}: not a robot_rl episode store (attribute 'format' is {attrs.get('format')!r})")
@@ -185,10 +187,7 @@ class EpisodeStore:
 
     def array(self, column: str) -> Any:
         """The raw zarr array of a per-step column (rows past :attr:`num_frames` are uncommitted)."""
-        try:
-            return self._root["data"][column]
-        except KeyError:
-            raise DatasetError(f"{self.path}: field data/{column} is missing") from None
+        return self._get("data", column)
 
     def read_episode(self, index: int, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Columns of episode ``index`` as arrays with a leading time axis."""
@@ -202,9 +201,8 @@ class EpisodeStore:
         """The ``next_observation`` of the last step of episode ``index``."""
         self.bounds(index)
         assert self.schema is not None
-        meta = self._root["meta"]
         return {k: self._read(index, f"meta/final_observation.{k}",
-                              lambda k=k: meta[f"final_observation.{k}"][index])
+                              lambda k=k: self._get("meta", f"final_observation.{k}")[index])
                 for k in self.schema.observation}
 
     def transitions(self, index: int) -> Iterator[Transition]:
@@ -233,16 +231,21 @@ class EpisodeStore:
 
     # ----------------------------------------------------------------------------------- writing
     def begin_episode(self, task: str | None = None, episode_id: int | None = None,
-                      flush_frames: int = 16) -> EpisodeWriter:
-        """Start writing one episode; commit or discard it before starting the next."""
+                      flush_frames: int = 32, background: bool = True) -> EpisodeWriter:
+        """Start writing one episode; commit or discard it before starting the next.
+
+        Every ``flush_frames`` steps the buffered steps go to disk; with ``background`` a writer thread
+        does that while the caller keeps stepping (a control loop never waits for compression).
+        """
         if not self._writable:
             raise DatasetError(f"{self.path}: opened read-only; open with mode='a' to record")
         if self._writer is not None:
             raise DatasetError(f"{self.path}: episode {self.num_episodes} is still being written")
         if episode_id is None:
-            ids = self._root["meta"]["episode_id"][: self.num_episodes]
+            ids = self._get("meta", "episode_id")[: self.num_episodes]
             episode_id = int(ids.max()) + 1 if ids.size else 0
-        self._writer = EpisodeWriter(self, task if task is not None else self.info.task, episode_id, flush_frames)
+        self._writer = EpisodeWriter(self, task if task is not None else self.info.task, episode_id, flush_frames,
+                                     background)
         return self._writer
 
     def add_episode(self, transitions: Iterable[Transition], task: str | None = None,
@@ -269,17 +272,14 @@ class EpisodeStore:
         self.schema = schema
 
     def _read_meta(self, name: str, required: bool = False) -> np.ndarray:
-        try:
-            arr = self._root["meta"][name]
-        except KeyError:
-            raise DatasetError(f"{self.path}: field meta/{name} is missing") from None
+        arr = self._get("meta", name)
         try:
             return np.asarray(arr[:])
         except Exception as exc:
             raise DatasetError(f"{self.path}: field meta/{name} cannot be read ({type(exc).__name__}: {exc})") from exc
 
     def _meta_value(self, name: str, index: int) -> Any:
-        return self._read(index, f"meta/{name}", lambda: self._root["meta"][name][index])
+        return self._read(index, f"meta/{name}", lambda: self._get("meta", name)[index])
 
     def _read(self, index: int, field: str, fn: Any) -> np.ndarray:
         try:
@@ -317,20 +317,25 @@ class EpisodeStore:
         return longest - n_rows
 
     def _meta_shape(self, name: str) -> tuple[int, ...]:
-        try:
-            return tuple(self._root["meta"][name].shape)
-        except KeyError:
-            raise DatasetError(f"{self.path}: field meta/{name} is missing") from None
+        return tuple(self._get("meta", name).shape)
+
+    def _get(self, group: str, name: str) -> Any:
+        """An array of ``data/`` or ``meta/``, opened once."""
+        key = f"{group}/{name}"
+        if key not in self._arrays:
+            try:
+                self._arrays[key] = self._root[group][name]
+            except KeyError:
+                raise DatasetError(f"{self.path}: field {key} is missing") from None
+        return self._arrays[key]
 
     def _drop_uncommitted(self) -> None:
         """Truncate rows past the last committed episode (crash leftovers, discarded takes)."""
         for part in self.path.rglob("*.partial"):
             part.unlink(missing_ok=True)
-        data, meta = self._root["data"], self._root["meta"]
-        for name in zc.array_names(data):
-            _truncate(data[name], self.num_frames)
-        for name in zc.array_names(meta):
-            _truncate(meta[name], self.num_episodes)
+        for group, rows in (("data", self.num_frames), ("meta", self.num_episodes)):
+            for name in zc.array_names(self._root[group]):
+                _truncate(self._get(group, name), rows)
 
 
 class EpisodeWriter:
@@ -339,7 +344,8 @@ class EpisodeWriter:
     Used as a context manager it commits on normal exit and discards when an exception escapes.
     """
 
-    def __init__(self, store: EpisodeStore, task: str, episode_id: int, flush_frames: int) -> None:
+    def __init__(self, store: EpisodeStore, task: str, episode_id: int, flush_frames: int,
+                 background: bool = True) -> None:
         if flush_frames < 1:
             raise ValueError(f"flush_frames: must be >= 1, got {flush_frames}")
         self.store, self.task, self.episode_id = store, task, episode_id
@@ -348,6 +354,8 @@ class EpisodeWriter:
         self._start = store.num_frames
         self._written = 0
         self._buffer: dict[str, list[np.ndarray]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-writer") if background else None
+        self._pending: Future[None] | None = None
         self._last: Transition | None = None
         self.done = False
 
@@ -402,22 +410,22 @@ class EpisodeWriter:
         self._check_open()
         if self._last is None:
             raise DatasetError(f"episode {self.index}: cannot commit an empty episode")
-        self._flush()
+        self._flush(wait=True)
         store = self.store
         schema = store.schema
         assert schema is not None
         if self.task not in store.tasks:
             store.tasks.append(self.task)
             store._root.attrs["tasks"] = store.tasks
-        meta = store._root["meta"]
         for k in schema.observation:
-            _append(meta[f"final_observation.{k}"], self.index, np.asarray(self._last.next_observation[k])[None])
+            _append(store._get("meta", f"final_observation.{k}"), self.index,
+                    np.asarray(self._last.next_observation[k])[None])
         values = {"episode_id": self.episode_id, "task_index": store.tasks.index(self.task),
                   "success": -1 if success is None else int(bool(success))}
         for name, value in values.items():
-            _append(meta[name], self.index, np.asarray([value], dtype=EPISODE_COLUMNS[name]))
+            _append(store._get("meta", name), self.index, np.asarray([value], dtype=EPISODE_COLUMNS[name]))
         end = self._start + self._written
-        _append(meta["episode_ends"], self.index, np.asarray([end], dtype=np.int64))  # the commit point
+        _append(store._get("meta", "episode_ends"), self.index, np.asarray([end], dtype=np.int64))  # the commit point
         store._ends = np.append(store._ends, end)
         self._finish()
         return self.index
@@ -427,6 +435,8 @@ class EpisodeWriter:
         if self.done:
             return
         self._buffer.clear()
+        with contextlib.suppress(Exception):  # a failed write in flight changes nothing: all is erased
+            self._wait()
         self.store._drop_uncommitted()
         self._finish()
 
@@ -447,17 +457,31 @@ class EpisodeWriter:
     def _finish(self) -> None:
         self.done = True
         self.store._writer = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
-    def _flush(self) -> None:
+    def _flush(self, wait: bool = False) -> None:
+        """Hand the buffered steps to the writer thread (at most one batch in flight), or write them now."""
+        self._wait()
         if not self._buffer or not self._buffer["action"]:
             return
         row = self._start + self._written
-        count = len(self._buffer["action"])
-        data = self.store._root["data"]
-        for name, values in self._buffer.items():
-            _append(data[name], row, np.stack(values))
-        self._written += count
-        self._buffer = {}
+        batch, self._buffer = self._buffer, {}
+        self._written += len(batch["action"])
+        if self._pool is None or wait:
+            self._write(row, batch)
+        else:
+            self._pending = self._pool.submit(self._write, row, batch)
+
+    def _write(self, row: int, batch: dict[str, list[np.ndarray]]) -> None:
+        for name, values in batch.items():
+            _append(self.store._get("data", name), row, np.stack(values))
+
+    def _wait(self) -> None:
+        """Block until the batch in flight is on disk; re-raises its error."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
 
 
 def _append(arr: Any, row: int, values: np.ndarray) -> None:
