@@ -156,3 +156,19 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert _digest(store) == before
     assert main(["data", "info", str(tmp_path / "missing.zarr")]) == 1
     assert "no episode store" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_records_the_default_arm_pick_lift_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("robot_rl.sim.experts", reason="the simulator's scripted experts are not in this tree")
+    store = tmp_path / "pick.zarr"
+    assert main(["data", "record", "--out", str(store), "--episodes", "2", "--cameras", "wrist",
+                 "--image-size", "32", "32", "--max-steps", "40", "--no-progress"]) == 0
+    assert "recorded 2 episode(s)" in capsys.readouterr().out
+    data = EpisodeStore.open(store)
+    assert data.info.robot == "panda" and data.info.fps == 10.0
+    assert data.info.controller["control_mode"] and data.info.cameras == {"image_wrist": {"height": 32,
+                                                                                          "width": 32}}
+    assert data.num_frames == 80 and data.schema is not None and "image_wrist" in data.schema.image_keys
+    lifted = [float(t.observation["object_pos"][2]) for t in data.transitions(0)]
+    assert max(lifted) > lifted[0] + 0.05  # the scripted expert really picked the cube up

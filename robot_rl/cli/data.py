@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--task", default=None, help="task text stored with the episodes")
     rec.add_argument("--fps", type=float, default=None, help="control rate (default: from the env)")
     rec.add_argument("--robot", default=None, help="robot name for the metadata (default: from the env)")
+    rec.add_argument("--cameras", default=None,
+                     help="comma-separated camera names to render into the observations (robot_rl envs: e.g. "
+                          "front,wrist); default: the env's own setting")
+    rec.add_argument("--image-size", type=int, nargs=2, default=None, metavar=("H", "W"),
+                     help="camera image size for robot_rl envs")
     rec.add_argument("--import", dest="imports", action="append", default=[],
                      help="module to import first (registers envs); robot_rl.sim is always tried")
     info = sub.add_parser("info", help="summary of a store: episodes, fields, tasks, metadata")
@@ -108,7 +113,12 @@ def _record(args: argparse.Namespace) -> int:
         except ImportError:
             if module != "robot_rl.sim":
                 raise
-    env = gym.make(args.env)
+    overrides: dict[str, Any] = {}
+    if args.cameras:
+        overrides["cameras"] = tuple(c.strip() for c in args.cameras.split(",") if c.strip())
+    if args.image_size:
+        overrides["image_size"] = tuple(args.image_size)
+    env = gym.make(args.env, **overrides)
     expert = _make_expert(args.expert, env, args.env)
     out = Path(args.out)
     if out.exists():
@@ -118,7 +128,7 @@ def _record(args: argparse.Namespace) -> int:
     else:
         info = DatasetInfo(robot=args.robot or _env_robot(env), fps=args.fps or _env_fps(env),
                            task=args.task or args.env, cameras=_env_cameras(env),
-                           controller=dict(getattr(env.unwrapped, "controller_config", {}) or {}),
+                           controller=_env_controller(env),
                            source=f"gymnasium:{args.env} expert:{args.expert}")
         store = EpisodeStore.create(out, info)
     try:
@@ -142,6 +152,12 @@ def _make_expert(spec: str, env: Any, env_id: str) -> Any:
 
         return KeyboardExpert(env)
     if spec == "auto":
+        try:
+            from robot_rl.sim.experts import expert_for
+
+            return expert_for(env)
+        except (ImportError, TypeError):
+            pass
         unwrapped = env.unwrapped
         for name in ("make_expert", "expert", "scripted_expert"):
             factory = getattr(unwrapped, name, None)
@@ -172,8 +188,20 @@ def _env_fps(env: Any) -> float:
     return float(env.metadata.get("render_fps") or 10.0)
 
 
+def _env_controller(env: Any) -> dict[str, Any]:
+    """Control settings of a robot_rl env (mode, rates); empty for other envs."""
+    config = getattr(env.unwrapped, "config", None)
+    keys = ("control_mode", "policy_hz", "physics_hz")
+    out = {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), (str, int, float))}
+    embodiment = getattr(env.unwrapped, "embodiment", None)
+    if embodiment is not None and not out.get("control_mode"):
+        out["control_mode"] = str(getattr(embodiment.default_control_mode, "value", embodiment.default_control_mode))
+    return out
+
+
 def _env_robot(env: Any) -> str:
-    robot = getattr(env.unwrapped, "robot", None) or getattr(env.unwrapped, "robot_name", None)
+    embodiment = getattr(env.unwrapped, "embodiment", None)
+    robot = getattr(embodiment, "name", None) or getattr(env.unwrapped, "robot", None)
     return robot if isinstance(robot, str) and robot else "unknown"
 
 

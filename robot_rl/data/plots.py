@@ -23,13 +23,16 @@ def plot_episode(store: EpisodeStore, index: int, out: str | Path) -> Path:
                               ["action", "reward", "is_intervention", "obs_stamp"])
     t = cols["obs_stamp"] - cols["obs_stamp"][0]
     rows = len(keys) + 2
-    fig = Figure(figsize=(9, 1.9 * rows))
+    fig = Figure(figsize=(9, 1.9 * rows), layout="constrained")
     axes = fig.subplots(rows, 1, sharex=True, squeeze=False)
     panels = [(f"observation.{k}", k) for k in keys] + [("action", "action"), ("reward", "reward")]
     human = cols["is_intervention"]
     for ax, (col, title) in zip(axes[:, 0], panels):
         values = cols[col].reshape(len(t), -1)
-        ax.plot(t, values, linewidth=1.0)
+        lines = ax.plot(t, values, linewidth=1.0)
+        if 1 < values.shape[1] <= 12:
+            ax.legend(lines, [str(i) for i in range(values.shape[1])], fontsize=6, ncol=values.shape[1],
+                      loc="upper right", frameon=False)
         ax.set_ylabel(title, fontsize=8)
         ax.grid(alpha=0.3)
         for start, stop in _runs(human):
@@ -38,7 +41,6 @@ def plot_episode(store: EpisodeStore, index: int, out: str | Path) -> Path:
     outcome = {True: "success", False: "failure", None: "outcome unknown"}[info.success]
     fig.suptitle(f"episode {index} (id {info.episode_id}): {info.task!r}, {info.length} steps, {outcome}"
                  + (", human control shaded" if human.any() else ""), fontsize=10)
-    fig.tight_layout()
     return _save(fig, out)
 
 
@@ -50,7 +52,7 @@ def contact_sheet(store: EpisodeStore, index: int, out: str | Path, frames: int 
         return None
     start, stop = store.bounds(index)
     steps = np.unique(np.linspace(0, stop - start - 1, num=min(frames, stop - start)).round().astype(int))
-    fig = Figure(figsize=(1.6 * len(steps), 1.7 * len(cams)))
+    fig = Figure(figsize=(1.6 * len(steps), 1.7 * len(cams)), layout="constrained")
     axes = fig.subplots(len(cams), len(steps), squeeze=False)
     for r, cam in enumerate(cams):
         arr = store.array(f"observation.{cam}")
@@ -64,7 +66,6 @@ def contact_sheet(store: EpisodeStore, index: int, out: str | Path, frames: int 
             if c == 0:
                 ax.set_ylabel(cam, fontsize=8)
     fig.suptitle(f"episode {index}: {store.episode_info(index).task!r}", fontsize=9)
-    fig.tight_layout()
     return _save(fig, out)
 
 
