@@ -1,0 +1,133 @@
+"""The simulator operations an environment needs, and their MuJoCo implementation.
+
+Envs talk to a :class:`SimBackend` only: load a model, reset the state, step the physics with a
+controller callback evaluated at EVERY physics step (``mj_step1`` -> callback -> ``mj_step2``), read
+named quantities and render. Another engine (Isaac, Genesis) would implement the same methods.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+import mujoco
+import numpy as np
+
+ControlCallback = Callable[[], np.ndarray]
+"""Called between ``mj_step1`` and ``mj_step2``; returns the commands of the controlled actuators."""
+
+_DIVERGENCE_WARNINGS = (
+    mujoco.mjtWarning.mjWARN_BADQACC,
+    mujoco.mjtWarning.mjWARN_BADQPOS,
+    mujoco.mjtWarning.mjWARN_BADQVEL,
+    mujoco.mjtWarning.mjWARN_BADCTRL,
+)
+
+
+class SimBackend(ABC):
+    """Engine-neutral operations used by :class:`robot_rl.sim.base_env.RobotEnv`."""
+
+    @property
+    @abstractmethod
+    def timestep(self) -> float:
+        """Physics step [s]."""
+
+    @property
+    @abstractmethod
+    def time(self) -> float:
+        """Simulated time [s]."""
+
+    @abstractmethod
+    def reset(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Set the full state and zero controls/forces."""
+
+    @abstractmethod
+    def step(self, n: int, actuators: np.ndarray, control: ControlCallback) -> str:
+        """Run ``n`` physics steps; return "" or the reason the simulation diverged (then stop)."""
+
+    @abstractmethod
+    def render(self, camera: str, height: int, width: int) -> np.ndarray:
+        """An RGB uint8 (height, width, 3) image from a named camera."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Free renderers and other resources."""
+
+
+class MujocoBackend(SimBackend):
+    """MuJoCo (CPU) backend; ``model`` and ``data`` stay public for named reads in the envs."""
+
+    def __init__(self, model: mujoco.MjModel, shadows: bool = False, reflections: bool = False) -> None:
+        self.model = model
+        self.data = mujoco.MjData(model)
+        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+        self._shadows = shadows
+        self._reflections = reflections
+
+    @property
+    def timestep(self) -> float:
+        """Physics step [s]."""
+        return float(self.model.opt.timestep)
+
+    @property
+    def time(self) -> float:
+        """Simulated time [s]."""
+        return float(self.data.time)
+
+    def reset(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Set the full state, zero controls and forces, recompute derived quantities."""
+        mujoco.mj_resetData(self.model, self.data)
+        self.data.qpos[:] = qpos
+        self.data.qvel[:] = qvel
+        mujoco.mj_forward(self.model, self.data)
+
+    def _warning_count(self) -> int:
+        return int(sum(self.data.warning[w].number for w in _DIVERGENCE_WARNINGS))
+
+    def step(self, n: int, actuators: np.ndarray, control: ControlCallback) -> str:
+        """Run ``n`` steps of mj_step1 -> control() -> mj_step2; return a divergence reason or ""."""
+        m, d = self.model, self.data
+        warnings_before = self._warning_count()
+        for _ in range(n):
+            mujoco.mj_step1(m, d)
+            u = control()
+            if not np.all(np.isfinite(u)):
+                return "controller produced a non-finite command"
+            d.ctrl[actuators] = u
+            mujoco.mj_step2(m, d)
+            if self._warning_count() != warnings_before:
+                return "physics diverged (MuJoCo warning: " + self._last_warning() + ")"
+        if not (np.all(np.isfinite(d.qpos)) and np.all(np.isfinite(d.qvel))):
+            return "physics diverged (non-finite state)"
+        return ""
+
+    def _last_warning(self) -> str:
+        for w in _DIVERGENCE_WARNINGS:
+            if self.data.warning[w].number:
+                return mujoco.mjtWarning(w).name
+        return "unknown"
+
+    def apply_body_force(self, body: str, force: Sequence[float]) -> None:
+        """Set an external world-frame force [N] on a body's CoM until changed (pushes)."""
+        self.data.xfrc_applied[self.model.body(body).id, :3] = force
+
+    def clear_body_forces(self) -> None:
+        """Remove all external forces."""
+        self.data.xfrc_applied[:] = 0.0
+
+    def render(self, camera: str, height: int, width: int) -> np.ndarray:
+        """Render RGB uint8 from a named camera (renderers are cached per size)."""
+        renderer = self._renderers.get((height, width))
+        if renderer is None:
+            renderer = mujoco.Renderer(self.model, height, width)
+            self._renderers[(height, width)] = renderer
+        renderer.update_scene(self.data, camera=camera)
+        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = self._shadows
+        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = self._reflections
+        return np.asarray(renderer.render(), dtype=np.uint8)
+
+    def close(self) -> None:
+        """Free the renderers."""
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()

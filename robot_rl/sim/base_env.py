@@ -1,0 +1,228 @@
+"""The Gymnasium environment every simulated robot task derives from.
+
+It owns the loop ``policy step -> N physics steps, each: mj_step1 -> controller -> mj_step2``, the
+bad-input rules, domain randomisation, the real-world stand-in, cameras and the ``info`` contract:
+
+* ``info["reward_terms"]``: named reward terms (the reward is their sum);
+* ``info["is_success"]``: bool;  ``info["truncation_reason"]``: "time_limit" or a divergence reason.
+
+Bad-input rule (documented, tested): an action with the wrong shape or any NaN/inf raises
+:class:`robot_rl.core.SpecError` before anything is simulated (the state is unchanged); finite
+actions outside the action space are clipped to it and ``info["action_clipped"]`` is True.
+A diverged simulation (MuJoCo warning or non-finite state) truncates the episode; the returned
+observation is the last finite one.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from robot_rl.core import ActionSpec, Embodiment, FieldSpec, ObservationSpec, SpecError
+from robot_rl.sim.actuation import ActuatorPipeline
+from robot_rl.sim.backend import MujocoBackend
+from robot_rl.sim.config import Randomization, SimConfig, make_config
+from robot_rl.sim.randomize import ModelRandomizer
+from robot_rl.sim.stand_in import stand_in
+
+ConfigSource = SimConfig | Mapping[str, Any] | str | Path | None
+
+
+class RobotEnv(gym.Env):
+    """Base class: subclasses build the model and define observations, actions, control and rewards."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}  # noqa: RUF012 (gym's attribute)
+    DEFAULTS: ClassVar[dict[str, Any]] = {}
+    """Task defaults for SimConfig fields (overridden by ``config`` and keyword overrides)."""
+    ROBOT: ClassVar[str] = ""
+    RENDER_CAMERA: ClassVar[str] = ""
+
+    embodiment: Embodiment
+    observation_spec: ObservationSpec
+    action_spec: ActionSpec
+
+    def __init__(self, config: ConfigSource = None, render_mode: str | None = None, **overrides: Any) -> None:
+        self.config = make_config(config, self.DEFAULTS, overrides)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode: expected None or 'rgb_array', got {render_mode!r}")
+        self.render_mode = render_mode
+        self.metadata = {**self.metadata, "render_fps": self.config.policy_hz}
+        model = self._build_model()
+        model.opt.timestep = 1.0 / self.config.physics_hz
+        self.backend = MujocoBackend(model, self.config.render_shadows, self.config.render_reflections)
+        self.model, self.data = self.backend.model, self.backend.data
+        self._setup()
+        self.actuators = self._controlled_actuators()
+        self.randomizer = ModelRandomizer(self.model, self.actuators)
+        self.dynamics: Randomization = (
+            stand_in(self.ROBOT, self.config.stand_in) if self.config.stand_in else self.config.randomization)
+        lo, hi = self.model.actuator_ctrlrange[self.actuators].T
+        self.pipeline = ActuatorPipeline(len(self.actuators), lo, hi, self.backend.timestep)
+        for cam in self.config.cameras:
+            if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, cam) < 0:
+                raise SpecError(f"cameras: no camera {cam!r} in the scene")
+        h, w = self.config.image_size
+        fields = dict(self._observation_fields())
+        fields.update({f"image_{cam}": FieldSpec((h, w, 3), "uint8", description=f"camera {cam}")
+                       for cam in self.config.cameras})
+        self.observation_spec = ObservationSpec(fields)
+        self.action_spec = self._action_spec()
+        self.observation_space = self.observation_spec.to_space()
+        lo_a, hi_a = self.action_spec.flat_bounds()
+        self.action_space: gym.spaces.Box = gym.spaces.Box(
+            lo_a.astype(np.float32), hi_a.astype(np.float32), dtype=np.float32)
+        self._steps = 0
+        self._last_obs: dict[str, np.ndarray] | None = None
+        self._obs_rng = np.random.default_rng(0)
+        self.sampled_dynamics: dict[str, float] = {}
+
+    # ---- subclass hooks -------------------------------------------------------------------------
+    @abstractmethod
+    def _build_model(self) -> mujoco.MjModel:
+        """Compile the scene."""
+
+    def _setup(self) -> None:
+        """Look up names after the model is compiled."""
+
+    @abstractmethod
+    def _controlled_actuators(self) -> np.ndarray:
+        """Return the ctrl indices written by :meth:`_control` (the robot's actuators)."""
+
+    @abstractmethod
+    def _observation_fields(self) -> Mapping[str, FieldSpec]:
+        """Proprioception and task fields (images are added by the base class)."""
+
+    @abstractmethod
+    def _action_spec(self) -> ActionSpec:
+        """Named action parts with bounds."""
+
+    @abstractmethod
+    def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Sample the initial (qpos, qvel) and the task (goals, object poses)."""
+
+    @abstractmethod
+    def _reset_controller(self) -> None:
+        """Hold the current posture (called after the state is set)."""
+
+    @abstractmethod
+    def _apply_action(self, action: dict[str, np.ndarray]) -> None:
+        """Turn a (clipped) policy action into controller targets."""
+
+    @abstractmethod
+    def _control(self) -> np.ndarray:
+        """Actuator commands for this physics step (runs after mj_step1)."""
+
+    @abstractmethod
+    def _observe(self) -> dict[str, np.ndarray]:
+        """The non-image observation fields (float32)."""
+
+    @abstractmethod
+    def _reward_terms(self) -> dict[str, float]:
+        """Named shaped reward terms for the current state."""
+
+    @abstractmethod
+    def _is_success(self) -> bool:
+        """Whether the task is solved in the current state."""
+
+    def _terminated(self) -> bool:
+        """Episode ends by the task (e.g. the humanoid fell); default never."""
+        return False
+
+    def _before_physics(self) -> None:
+        """Called once per policy step before the physics steps (e.g. to apply pushes)."""
+
+    # ---- gym API --------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Randomise dynamics, sample the task, hold the initial posture; return (obs, info)."""
+        super().reset(seed=seed)
+        rng = self.np_random
+        self.sampled_dynamics = self.randomizer.apply(self.dynamics, rng)
+        qpos, qvel = self._reset_task(rng, options or {})
+        self.backend.reset(qpos, qvel)
+        self._reset_controller()
+        d = self.dynamics
+        delay = float(rng.uniform(*d.latency_s)) if d.latency_s[0] != d.latency_s[1] else d.latency_s[0]
+        tau = (float(rng.uniform(*d.motor_time_constant_s))
+               if d.motor_time_constant_s[0] != d.motor_time_constant_s[1] else d.motor_time_constant_s[0])
+        self.pipeline.reset(self._control_at_rest(), delay, tau, d.action_noise_std,
+                            np.random.default_rng(rng.integers(2**63)))
+        self._obs_rng = np.random.default_rng(rng.integers(2**63))
+        self._steps = 0
+        obs = self._full_observation()
+        self._last_obs = obs
+        return obs, {"is_success": self._is_success(), "dynamics": dict(self.sampled_dynamics)}
+
+    def _control_at_rest(self) -> np.ndarray:
+        mujoco.mj_forward(self.model, self.data)
+        return np.asarray(self._control(), dtype=np.float64)
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        """Apply one policy action over ``physics_steps`` physics steps (see the module doc for bad input)."""
+        if self._last_obs is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        a = np.asarray(action)
+        if a.shape != self.action_space.shape:
+            raise SpecError(f"action: expected shape {self.action_space.shape}, got {a.shape}")
+        if a.dtype.kind not in "biuf":
+            raise SpecError(f"action: expected a numeric array, got dtype {a.dtype}")
+        a = a.astype(np.float64)
+        if not np.all(np.isfinite(a)):
+            raise SpecError("action: contains NaN or inf; rejected before simulation (state unchanged)")
+        clipped = np.clip(a, self.action_space.low, self.action_space.high)
+        was_clipped = bool(np.any(clipped != a))
+        self._apply_action(self.action_spec.split(clipped))
+        self._before_physics()
+        reason = self.backend.step(self.config.substeps, self.actuators, self._piped_control)
+        self._steps += 1
+        info: dict[str, Any] = {"action_clipped": was_clipped}
+        if reason:
+            info.update(is_success=False, truncation_reason=reason, reward_terms={})
+            assert self._last_obs is not None
+            return self._last_obs, 0.0, False, True, info
+        terms = self._reward_terms()
+        success = self._is_success()
+        reward = float(success) if self.config.sparse_reward else float(sum(terms.values()))
+        terminated = self._terminated()
+        truncated = (not terminated) and self._steps >= self.config.max_episode_steps
+        if truncated:
+            info["truncation_reason"] = "time_limit"
+        info.update(is_success=success, reward_terms=terms)
+        obs = self._full_observation()
+        self._last_obs = obs
+        return obs, reward, terminated, truncated, info
+
+    def _piped_control(self) -> np.ndarray:
+        return self.pipeline(self._control())
+
+    def _full_observation(self) -> dict[str, np.ndarray]:
+        obs = self._observe()
+        std = self.dynamics.observation_noise_std
+        if std > 0:
+            obs = {k: (v + self._obs_rng.normal(0.0, std, v.shape)).astype(np.float32) for k, v in obs.items()}
+        h, w = self.config.image_size
+        for cam in self.config.cameras:
+            obs[f"image_{cam}"] = self.backend.render(cam, h, w)
+        return obs
+
+    def render(self) -> np.ndarray | None:
+        """An RGB frame of the scene camera when render_mode is 'rgb_array'."""
+        if self.render_mode != "rgb_array":
+            return None
+        return self.backend.render(self.RENDER_CAMERA, 240, 320)
+
+    def close(self) -> None:
+        """Free renderers."""
+        self.backend.close()
+        super().close()
+
+    @property
+    def physics_steps(self) -> int:
+        """Physics steps per env step."""
+        return self.config.substeps

@@ -1,0 +1,141 @@
+"""Typed configs of the simulated environments: rates, episode length, cameras, randomisation.
+
+Every env takes ``config=`` (a :class:`SimConfig`, a dict or a YAML path, read strictly with
+:func:`robot_rl.core.config.load_config`) plus keyword overrides of top-level fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robot_rl.core.config import ConfigError, load_config
+
+
+def _check_range(name: str, value: tuple[float, ...], lowest: float) -> None:
+    if len(value) != 2:
+        raise ConfigError(f"{name}: expected [low, high], got {value}")
+    lo, hi = value
+    if not (np.isfinite(lo) and np.isfinite(hi) and lowest <= lo <= hi):
+        raise ConfigError(f"{name}: expected finite {lowest} <= low <= high, got {value}")
+
+
+@dataclass(frozen=True)
+class Randomization:
+    """Per-episode dynamics perturbations; each range is sampled uniformly at reset.
+
+    Scales multiply the nominal model values. The default (all ranges collapsed to the
+    nominal value) disables randomisation.
+    """
+
+    mass_scale: tuple[float, float] = (1.0, 1.0)
+    """Scale of every body mass (robot and objects)."""
+    friction_scale: tuple[float, float] = (1.0, 1.0)
+    """Scale of every geom's sliding friction."""
+    damping_scale: tuple[float, float] = (1.0, 1.0)
+    """Scale of every joint's damping."""
+    actuator_gain_scale: tuple[float, float] = (1.0, 1.0)
+    """Scale of each actuator's gain (per actuator): the torque a command produces."""
+    latency_s: tuple[float, float] = (0.0, 0.0)
+    """Delay between the controller's command and the actuator [s] (rounded to physics steps)."""
+    motor_time_constant_s: tuple[float, float] = (0.0, 0.0)
+    """First-order lag of the actuators [s]; 0 applies commands at once."""
+    action_noise_std: float = 0.0
+    """Gaussian noise on actuator commands, as a fraction of each actuator's control range."""
+    observation_noise_std: float = 0.0
+    """Gaussian noise added to proprioceptive observations (same units as the field)."""
+
+    def __post_init__(self) -> None:
+        for name in ("mass_scale", "friction_scale", "damping_scale", "actuator_gain_scale"):
+            value = tuple(float(v) for v in getattr(self, name))
+            object.__setattr__(self, name, value)
+            _check_range(f"randomization.{name}", value, 1e-3)
+        for name in ("latency_s", "motor_time_constant_s"):
+            value = tuple(float(v) for v in getattr(self, name))
+            object.__setattr__(self, name, value)
+            _check_range(f"randomization.{name}", value, 0.0)
+        for name in ("action_noise_std", "observation_noise_std"):
+            std = float(getattr(self, name))
+            if not (np.isfinite(std) and std >= 0):
+                raise ConfigError(f"randomization.{name}: must be finite and >= 0, got {std}")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What every simulated environment shares."""
+
+    physics_hz: float = 500.0
+    """Physics (and low-level controller) rate [Hz]; 500-1000 is the supported range."""
+    policy_hz: float = 10.0
+    """Rate of env.step() [Hz]; physics_hz / policy_hz must be an integer."""
+    max_episode_steps: int = 100
+    """Policy steps before the episode is truncated (reason ``time_limit``)."""
+    control_mode: str = ""
+    """Action control mode (a robot_rl.core.ControlMode value); empty picks the task's default."""
+    cameras: tuple[str, ...] = ()
+    """Cameras rendered into the observation as uint8 HxWx3 images; empty disables rendering."""
+    image_size: tuple[int, int] = (96, 96)
+    """Camera image (height, width) in pixels."""
+    render_shadows: bool = False
+    """Shadows in camera images (off: slow on CPU rendering)."""
+    render_reflections: bool = False
+    """Reflections in camera images (off: slow on CPU rendering)."""
+    sparse_reward: bool = False
+    """Reward 1 on success and 0 otherwise, instead of the shaped reward."""
+    randomization: Randomization = field(default_factory=Randomization)
+    """Domain randomisation ranges, sampled at every reset."""
+    stand_in: str = ""
+    """Name of a hidden real-world stand-in perturbation set (robot_rl.sim.stand_in); empty for none."""
+
+    def __post_init__(self) -> None:
+        if not (500.0 <= self.physics_hz <= 1000.0):
+            raise ConfigError(f"physics_hz: expected 500..1000, got {self.physics_hz}")
+        if not (0 < self.policy_hz <= self.physics_hz):
+            raise ConfigError(f"policy_hz: expected 0 < policy_hz <= physics_hz, got {self.policy_hz}")
+        ratio = self.physics_hz / self.policy_hz
+        if abs(ratio - round(ratio)) > 1e-9:
+            raise ConfigError(f"policy_hz: physics_hz/policy_hz must be an integer, got {ratio}")
+        if self.max_episode_steps < 1:
+            raise ConfigError(f"max_episode_steps: must be >= 1, got {self.max_episode_steps}")
+        h, w = self.image_size
+        if not (8 <= h <= 2048 and 8 <= w <= 2048):
+            raise ConfigError(f"image_size: expected 8..2048 pixels, got {self.image_size}")
+        object.__setattr__(self, "cameras", tuple(self.cameras))
+        object.__setattr__(self, "image_size", (int(h), int(w)))
+
+    @property
+    def substeps(self) -> int:
+        """Physics steps per policy step."""
+        return round(self.physics_hz / self.policy_hz)
+
+
+def make_config(config: SimConfig | Mapping[str, Any] | str | Path | None, defaults: Mapping[str, Any],
+                overrides: Mapping[str, Any]) -> SimConfig:
+    """Build a SimConfig: task ``defaults``, then ``config`` (object, dict or YAML path), then ``overrides``."""
+    if isinstance(config, SimConfig):
+        base = config
+        return dataclasses.replace(base, **_convert_overrides(overrides)) if overrides else base
+    merged = dict(defaults)
+    if config is not None:
+        loaded = config if isinstance(config, Mapping) else _read_yaml(config)
+        merged.update(loaded)
+    merged.update(overrides)
+    return load_config(SimConfig, merged)
+
+
+def _convert_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(overrides)
+    if isinstance(out.get("randomization"), Mapping):
+        out["randomization"] = load_config(Randomization, out["randomization"])
+    return out
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    from robot_rl.core.config import config_to_dict
+
+    return dict(config_to_dict(load_config(SimConfig, path)))

@@ -1,0 +1,1 @@
+"""One module per task; :mod:`robot_rl.sim` registers them with Gymnasium."""

@@ -1,0 +1,194 @@
+"""Panda tabletop tasks: what reach, push and pick-and-lift share.
+
+Actions (``control_mode``):
+
+* ``cartesian_delta`` (default): ``delta_pose`` in [-1, 1]^6, a displacement of the MEASURED tcp
+  (no target wind-up when blocked; the orientation target accumulates), scaled to at most
+  ``MAX_LIN_SPEED / policy_hz`` metres and ``MAX_ANG_SPEED / policy_hz`` radians per step (world frame,
+  rotations applied as roll-pitch-yaw increments), plus ``gripper`` in [-1, 1] (-1 closed, +1 open).
+* ``joint_position``: ``joint_pos`` absolute joint targets (inside the joint limits) plus ``gripper``.
+
+Cartesian targets are turned into joint targets by differential IK at policy rate; a joint PD with
+gravity/Coriolis compensation (``qfrc_bias``) tracks them at every physics step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import mujoco
+import numpy as np
+
+from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
+from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices
+from robot_rl.sim import scenes
+from robot_rl.sim.base_env import RobotEnv
+from robot_rl.sim.ik import DiffIK
+
+MAX_LIN_SPEED = 0.4
+"""Largest commanded tcp speed [m/s] at action magnitude 1."""
+MAX_ANG_SPEED = 1.5
+"""Largest commanded tcp angular speed [rad/s] at action magnitude 1."""
+WORKSPACE_LOW = np.array([0.25, -0.4, 0.005])
+WORKSPACE_HIGH = np.array([0.8, 0.4, 0.6])
+"""Box the tcp target is clipped into [m] (robot base frame = world)."""
+KP = np.array([600.0, 600.0, 600.0, 600.0, 250.0, 150.0, 50.0])
+"""Joint PD stiffness [Nm/rad] of the temporary in-loop tracker."""
+KD = np.array([50.0, 50.0, 50.0, 40.0, 15.0, 12.0, 5.0])
+"""Joint PD damping [Nm s/rad]."""
+
+
+def yaw_of(rot: np.ndarray) -> float:
+    """Heading of the hand's x axis in the world xy plane [rad]."""
+    return float(np.arctan2(rot[1, 0], rot[0, 0]))
+
+
+def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """World-frame rotation for small roll-pitch-yaw increments."""
+    quat = np.zeros(4)
+    mujoco.mju_euler2Quat(quat, np.array([roll, pitch, yaw]), "XYZ")
+    mat = np.zeros(9)
+    mujoco.mju_quat2Mat(mat, quat)
+    return mat.reshape(3, 3)
+
+
+class ArmEnv(RobotEnv):
+    """Base of the Panda tasks; subclasses sample goals/objects and define reward and success."""
+
+    ROBOT = "panda"
+    RENDER_CAMERA = "front"
+    WITH_OBJECT: ClassVar[bool] = False
+    DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 10.0, "max_episode_steps": 60}
+
+    def _build_model(self) -> mujoco.MjModel:
+        self.embodiment = panda.EMBODIMENT
+        return scenes.arm_scene(self.WITH_OBJECT).compile()
+
+    def _setup(self) -> None:
+        m = self.model
+        self.mode = ControlMode(self.config.control_mode or ControlMode.CARTESIAN_DELTA)
+        if self.mode not in (ControlMode.CARTESIAN_DELTA, ControlMode.JOINT_POSITION):
+            raise SpecError(f"control_mode: arm tasks accept cartesian_delta or joint_position, got {self.mode.value}")
+        self.q_idx = qpos_indices(m, panda.JOINT_NAMES)
+        self.dq_idx = dof_indices(m, panda.JOINT_NAMES)
+        self.finger_idx = qpos_indices(m, panda.GRIPPER_JOINTS)
+        self.arm_act = actuator_indices(m, panda.ARM_ACTUATORS)
+        self.grip_act = actuator_indices(m, [panda.GRIPPER_ACTUATOR])
+        self.tcp = m.site(panda.EE_SITE).id
+        self.goal_mocap = int(m.body_mocapid[m.body(scenes.GOAL_BODY).id])
+        lim = panda.EMBODIMENT.limits
+        self.q_low, self.q_high = np.array(lim.position_lower), np.array(lim.position_upper)
+        self.ik = DiffIK(m, panda.EE_SITE, self.q_idx, self.dq_idx, self.q_low, self.q_high, panda.HOME_Q)
+        if self.WITH_OBJECT:
+            j = m.joint(scenes.OBJECT_JOINT).id
+            self.obj_qpos = slice(int(m.jnt_qposadr[j]), int(m.jnt_qposadr[j]) + 7)
+            self.obj_body = m.body(scenes.OBJECT_BODY).id
+        self.goal = np.zeros(3)
+        self.q_target = panda.HOME_Q.copy()
+        self.gripper_ctrl = panda.GRIPPER_CTRL_OPEN
+        self.tcp_target_pos = np.zeros(3)
+        self.tcp_target_rot = np.eye(3)
+
+    def _controlled_actuators(self) -> np.ndarray:
+        return np.r_[self.arm_act, self.grip_act]
+
+    def _observation_fields(self) -> Mapping[str, FieldSpec]:
+        f = {
+            "joint_pos": FieldSpec((7,), description="arm joint angles [rad]"),
+            "joint_vel": FieldSpec((7,), description="arm joint velocities [rad/s]"),
+            "gripper_width": FieldSpec((1,), description="finger opening [m], 0..0.08"),
+            "tcp_pos": FieldSpec((3,), description="tool centre point position, base frame [m]"),
+            "tcp_quat": FieldSpec((4,), description="tool centre point orientation, wxyz"),
+        }
+        f.update(self._task_fields())
+        return f
+
+    def _task_fields(self) -> dict[str, FieldSpec]:
+        return {"goal_pos": FieldSpec((3,), description="goal position, base frame [m]")}
+
+    def _action_spec(self) -> ActionSpec:
+        grip = FieldSpec((1,), low=-1.0, high=1.0, description="-1 closed .. +1 open")
+        if self.mode == ControlMode.JOINT_POSITION:
+            lim = panda.EMBODIMENT.limits
+            return ActionSpec({"joint_pos": FieldSpec((7,), low=lim.position_lower, high=lim.position_upper,
+                                                      description="joint targets [rad]"), "gripper": grip})
+        return ActionSpec({"delta_pose": FieldSpec((6,), low=-1.0, high=1.0,
+                                                   description="dx dy dz droll dpitch dyaw, scaled"),
+                           "gripper": grip})
+
+    # ---- state ----------------------------------------------------------------------------------
+    def tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """Measured tcp position and rotation matrix."""
+        return self.data.site_xpos[self.tcp].copy(), self.data.site_xmat[self.tcp].reshape(3, 3).copy()
+
+    def gripper_width(self) -> float:
+        """Opening between the fingers [m]."""
+        return float(np.sum(self.data.qpos[self.finger_idx]))
+
+    def object_pos(self) -> np.ndarray:
+        """Cube centre [m]."""
+        return self.data.qpos[self.obj_qpos][:3].copy()
+
+    def _initial_arm_qpos(self, rng: np.random.Generator) -> np.ndarray:
+        qpos = self.model.qpos0.copy()
+        qpos[self.q_idx] = panda.HOME_Q + rng.uniform(-0.05, 0.05, 7)
+        qpos[self.finger_idx] = panda.GRIPPER_MAX_WIDTH / 2
+        return qpos
+
+    def _reset_controller(self) -> None:
+        self.q_target = self.data.qpos[self.q_idx].copy()
+        self.tcp_target_pos, self.tcp_target_rot = self.tcp_pose()
+        self.gripper_ctrl = panda.GRIPPER_CTRL_OPEN
+        self.data.mocap_pos[self.goal_mocap] = self.goal
+
+    # ---- control --------------------------------------------------------------------------------
+    def _apply_action(self, action: dict[str, np.ndarray]) -> None:
+        g = float(action["gripper"][0])
+        self.gripper_ctrl = (g + 1.0) / 2.0 * panda.GRIPPER_CTRL_OPEN
+        if self.mode == ControlMode.JOINT_POSITION:
+            self.q_target = np.clip(action["joint_pos"].astype(np.float64), self.q_low, self.q_high)
+            return
+        d = action["delta_pose"].astype(np.float64)
+        tcp, _ = self.tcp_pose()
+        step_lin = MAX_LIN_SPEED / self.config.policy_hz
+        step_ang = MAX_ANG_SPEED / self.config.policy_hz
+        self.tcp_target_pos = np.clip(tcp + d[:3] * step_lin, WORKSPACE_LOW, WORKSPACE_HIGH)
+        self.tcp_target_rot = rpy_matrix(*(d[3:] * step_ang)) @ self.tcp_target_rot
+        self.q_target = self.ik.solve(self.q_target, self.tcp_target_pos, self.tcp_target_rot)
+
+    def _control(self) -> np.ndarray:
+        d = self.data
+        q, dq = d.qpos[self.q_idx], d.qvel[self.dq_idx]
+        tau = KP * (self.q_target - q) - KD * dq + d.qfrc_bias[self.dq_idx]
+        return np.r_[tau, self.gripper_ctrl]
+
+    # ---- observation ----------------------------------------------------------------------------
+    def _observe(self) -> dict[str, np.ndarray]:
+        d = self.data
+        quat = np.zeros(4)
+        mujoco.mju_mat2Quat(quat, d.site_xmat[self.tcp])
+        obs = {
+            "joint_pos": d.qpos[self.q_idx],
+            "joint_vel": d.qvel[self.dq_idx],
+            "gripper_width": np.array([self.gripper_width()]),
+            "tcp_pos": d.site_xpos[self.tcp],
+            "tcp_quat": quat,
+        }
+        obs.update(self._task_observation())
+        return {k: np.asarray(v, dtype=np.float32).copy() for k, v in obs.items()}
+
+    def _task_observation(self) -> dict[str, np.ndarray]:
+        return {"goal_pos": self.goal}
+
+    def _object_fields(self) -> dict[str, FieldSpec]:
+        return {"object_pos": FieldSpec((3,), description="cube centre, base frame [m]"),
+                "object_quat": FieldSpec((4,), description="cube orientation, wxyz")}
+
+    def _place_object(self, qpos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Cube on the table at a random position and yaw in front of the robot."""
+        xy = np.array([rng.uniform(0.42, 0.62), rng.uniform(-0.15, 0.15)])
+        yaw = rng.uniform(-np.pi / 4, np.pi / 4)
+        qpos[self.obj_qpos] = np.r_[xy, scenes.CUBE_HALF, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+        return xy
+

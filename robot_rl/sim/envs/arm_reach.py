@@ -1,0 +1,34 @@
+"""ArmReach: bring the Panda's tool centre point to a random goal point in the workspace."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from robot_rl.sim.envs.arm_base import ArmEnv
+
+SUCCESS_DISTANCE = 0.03
+"""The tcp counts as at the goal within this distance [m]."""
+
+
+class ArmReachEnv(ArmEnv):
+    """Reward terms: ``distance`` (-|tcp - goal|) and ``success`` (+1 within 3 cm)."""
+
+    DEFAULTS = {**ArmEnv.DEFAULTS, "max_episode_steps": 40}  # noqa: RUF012
+
+    def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        qpos = self._initial_arm_qpos(rng)
+        self.goal = np.array([rng.uniform(0.35, 0.65), rng.uniform(-0.3, 0.3), rng.uniform(0.1, 0.5)])
+        return qpos, np.zeros(self.model.nv)
+
+    def _distance(self) -> float:
+        return float(np.linalg.norm(self.data.site_xpos[self.tcp] - self.goal))
+
+    def _reward_terms(self) -> dict[str, float]:
+        dist = self._distance()
+        return {"distance": -dist, "success": float(dist < SUCCESS_DISTANCE)}
+
+    def _is_success(self) -> bool:
+        return self._distance() < SUCCESS_DISTANCE

@@ -1,0 +1,162 @@
+"""Scripted experts for the Panda tasks (``cartesian_delta`` actions).
+
+Each expert decides from the CURRENT observation only (no hidden phase counter), so it can take
+over mid-episode from any state, e.g. as a simulated human intervening after a policy's mistake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from robot_rl.sim import scenes
+from robot_rl.sim.envs.arm_base import MAX_ANG_SPEED, MAX_LIN_SPEED
+
+OPEN, CLOSED = 1.0, -1.0
+
+
+def _yaw_from_quat(q: np.ndarray) -> float:
+    w, x, y, z = (float(v) for v in q)
+    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+def _wrap(angle: float, period: float) -> float:
+    """Wrap into [-period/2, period/2)."""
+    return float((angle + period / 2) % period - period / 2)
+
+
+class _ArmExpert:
+    """Shared scaling: desired tcp displacement [m] and yaw change [rad] -> action in [-1, 1]."""
+
+    def __init__(self, policy_hz: float = 10.0, gain: float = 1.0) -> None:
+        self.step_lin = MAX_LIN_SPEED / policy_hz
+        self.step_ang = MAX_ANG_SPEED / policy_hz
+        self.gain = gain
+        self._hand_z = np.array([0.0, 0.0, -1.0])
+
+    def _action(self, displacement: np.ndarray, dyaw: float, gripper: float) -> np.ndarray:
+        lin = np.clip(self.gain * displacement / self.step_lin, -1.0, 1.0)
+        # roll/pitch: bring the hand's z axis back to pointing straight down (world rotation vector)
+        tilt = np.cross(self._hand_z, np.array([0.0, 0.0, -1.0]))
+        ang = np.clip(np.r_[tilt[:2], dyaw] / self.step_ang, -1.0, 1.0)
+        return np.r_[lin, ang, gripper].astype(np.float32)
+
+    def _observe_hand(self, obs: Mapping[str, np.ndarray]) -> None:
+        mat = np.zeros(9)
+        mujoco.mju_quat2Mat(mat, np.asarray(obs["tcp_quat"], dtype=np.float64))
+        self._hand_z = mat.reshape(3, 3)[:, 2]
+
+    def _hand_yaw(self, obs: Mapping[str, np.ndarray]) -> float:
+        return _yaw_from_quat(obs["tcp_quat"])
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:  # pragma: no cover - abstract
+        """The action for this observation."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Nothing to forget (decisions use the observation only); kept for a uniform interface."""
+
+
+class ReachExpert(_ArmExpert):
+    """Straight line to the goal."""
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Move the tcp toward ``goal_pos``."""
+        self._observe_hand(obs)
+        return self._action(obs["goal_pos"] - obs["tcp_pos"], 0.0, OPEN)
+
+
+class PickLiftExpert(_ArmExpert):
+    """Above the cube -> yaw aligned with a face -> descend -> close -> lift; retries after a miss."""
+
+    GRASP_MIN, GRASP_MAX = 0.035, 2 * scenes.CUBE_HALF + 0.008
+    """Finger opening that means "closed on the cube" [m]."""
+    MAX_CLOSING_STEPS = 10
+    """Policy steps the fingers may take to close before the grasp counts as stuck and is retried."""
+
+    def __init__(self, policy_hz: float = 10.0, gain: float = 1.0) -> None:
+        super().__init__(policy_hz, gain)
+        self._closing = 0
+
+    def reset(self) -> None:
+        """Forget the closing counter (the only state; it only detects a stuck grasp)."""
+        self._closing = 0
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """One step of the pick-and-lift policy."""
+        self._observe_hand(obs)
+        tcp, obj, goal = obs["tcp_pos"], obs["object_pos"], obs["goal_pos"]
+        width = float(obs["gripper_width"][0])
+        dyaw = _wrap(_yaw_from_quat(obs["object_quat"]) - self._hand_yaw(obs), np.pi / 2)
+        rel = obj - tcp
+        holding = self.GRASP_MIN <= width <= self.GRASP_MAX and np.linalg.norm(rel) < 0.03
+        if holding:
+            self._closing = 0
+            return self._action(np.r_[goal[:2] - obj[:2], goal[2] + 0.02 - obj[2]], 0.0, CLOSED)
+        aligned_xy = np.linalg.norm(rel[:2]) < 0.01 and abs(dyaw) < 0.08
+        grasp_z = max(obj[2], 0.022)
+        if aligned_xy:
+            if tcp[2] > grasp_z + 0.01:
+                return self._action(np.r_[rel[:2], grasp_z - tcp[2]], dyaw, OPEN)
+            if width > self.GRASP_MAX and self._closing < self.MAX_CLOSING_STEPS:
+                self._closing += 1
+                return self._action(np.r_[rel[:2], 0.0], 0.0, CLOSED)
+            if width > self.GRASP_MAX:  # stuck on an edge: open and retry from above
+                self._closing = 0
+                return self._action(np.r_[0.0, 0.0, 0.06], 0.0, OPEN)
+            if width < self.GRASP_MIN:  # closed on nothing: open and go up again
+                return self._action(np.r_[0.0, 0.0, 0.05], 0.0, OPEN)
+        hover_z = obj[2] + 0.08
+        if np.linalg.norm(rel[:2]) > 0.02 and tcp[2] < obj[2] + 0.04:
+            return self._action(np.r_[0.0, 0.0, hover_z - tcp[2]], dyaw, OPEN)  # clear the cube first
+        return self._action(np.r_[rel[:2], hover_z - tcp[2]] if np.linalg.norm(rel[:2]) > 0.01
+                            else np.r_[rel[:2], grasp_z - tcp[2]], dyaw, OPEN)
+
+
+class PushExpert(_ArmExpert):
+    """Closed fingers behind the cube (seen from the goal), then along the cube-goal line."""
+
+    STANDOFF = scenes.CUBE_HALF + 0.025
+    PUSH_Z = 0.02
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """One step of the push policy."""
+        self._observe_hand(obs)
+        tcp, obj, goal = obs["tcp_pos"], obs["object_pos"], obs["goal_pos"]
+        to_goal = goal[:2] - obj[:2]
+        dist = float(np.linalg.norm(to_goal))
+        if dist < 0.01:
+            return self._action(np.r_[0.0, 0.0, 0.08 - tcp[2]], 0.0, CLOSED)
+        u = to_goal / dist
+        normal = np.array([-u[1], u[0]])
+        rel = tcp[:2] - obj[:2]
+        along, across = float(rel @ u), float(rel @ normal)
+        behind = along < -scenes.CUBE_HALF + 0.005 and abs(across) < 0.02
+        if behind and tcp[2] < 0.04:
+            target_xy = obj[:2] + u * min(dist, 0.04) - normal * across * 0.5
+            return self._action(np.r_[target_xy - tcp[:2], self.PUSH_Z - tcp[2]], 0.0, CLOSED)
+        start = obj[:2] - u * self.STANDOFF
+        near_start = np.linalg.norm(tcp[:2] - start) < 0.015
+        if near_start:
+            return self._action(np.r_[start - tcp[:2], self.PUSH_Z - tcp[2]], 0.0, CLOSED)
+        if tcp[2] < 0.07 and np.linalg.norm(rel) < 0.12:
+            return self._action(np.r_[0.0, 0.0, 0.09 - tcp[2]], 0.0, CLOSED)  # lift over the cube
+        return self._action(np.r_[start - tcp[:2], 0.09 - tcp[2]], 0.0, CLOSED)
+
+
+def expert_for(env: gym.Env[Any, Any]) -> _ArmExpert:
+    """The expert that solves ``env`` (a registered arm task), scaled to its policy rate."""
+    from robot_rl.sim.envs.arm_pick_lift import ArmPickLiftEnv
+    from robot_rl.sim.envs.arm_push import ArmPushEnv
+    from robot_rl.sim.envs.arm_reach import ArmReachEnv
+
+    base = env.unwrapped
+    hz = float(base.config.policy_hz)  # type: ignore[attr-defined]
+    for cls, expert in ((ArmPickLiftEnv, PickLiftExpert), (ArmPushEnv, PushExpert), (ArmReachEnv, ReachExpert)):
+        if isinstance(base, cls):
+            return expert(hz)
+    raise TypeError(f"no scripted expert for {type(base).__name__}")
