@@ -25,7 +25,9 @@ ENV_IDS: list[str] = []
 
 def _register() -> None:
     for task, entry in ENVS.items():
-        variants = ((f"robot_rl/{task}-v0", {}), (f"robot_rl/{task}-RealStandIn-v0", {"stand_in": "default"}))
+        stand_in = {"stand_in": "default"}
+        variants: tuple[tuple[str, dict[str, str]], ...] = (
+            (f"robot_rl/{task}-v0", {}), (f"robot_rl/{task}-RealStandIn-v0", stand_in))
         for env_id, kwargs in variants:
             if env_id not in gym.registry:
                 gym.register(env_id, entry_point=entry, kwargs=kwargs, disable_env_checker=True)
