@@ -3,7 +3,7 @@
 Also measures the LeRobot v3 export (AV1 video) of the same data, so the zarr store (lossless, random
 access) and the exported videos (lossy, sequential) can be compared side by side in one run.
 
-    .venv/bin/python benchmarks/data_throughput.py [--frames 600]
+    .venv/bin/python benchmarks/data_throughput.py [--frames 600] [--noise 3]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from robot_rl.core.transition import Transition
 from robot_rl.data import DatasetInfo, EpisodeStore
 from robot_rl.data.lerobot_export import export_lerobot
 from robot_rl.data.synthetic import synthetic_episode
@@ -28,8 +29,21 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run(cameras: int, frames: int, root: Path) -> dict[str, float]:
+def noisy(episode: list[Transition], std: float, seed: int) -> list[Transition]:
+    """The same episode with Gaussian pixel noise (a real camera's sensor noise; renders have none)."""
+    rng = np.random.default_rng(seed)
+    frames = [dict(t.observation) for t in episode] + [dict(episode[-1].next_observation)]
+    for obs in frames:
+        for key, value in obs.items():
+            if value.dtype == np.uint8:
+                obs[key] = np.clip(value + rng.normal(0, std, value.shape), 0, 255).astype(np.uint8)
+    return [t.replace(observation=frames[i], next_observation=frames[i + 1]) for i, t in enumerate(episode)]
+
+
+def run(cameras: int, frames: int, root: Path, noise: float) -> dict[str, float]:
     episodes = [synthetic_episode(i, EPISODE, cameras=cameras, size=SIZE) for i in range(frames // EPISODE)]
+    if noise > 0:
+        episodes = [noisy(ep, noise, i) for i, ep in enumerate(episodes)]
     path = root / f"cams{cameras}.zarr"
     t = time.perf_counter()
     with EpisodeStore.create(path, DatasetInfo(robot="panda", fps=10.0, task="bench")) as store:
@@ -87,12 +101,14 @@ def paced_latency(background: bool, root: Path, hz: float = 30.0, steps: int = 1
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--frames", type=int, default=600, help="frames per configuration (multiple of 100)")
+    parser.add_argument("--noise", type=float, default=0.0, help="pixel noise std (0: clean rendered images)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        results = {c: run(c, args.frames, Path(tmp)) for c in (1, 2)}
+        results = {c: run(c, args.frames, Path(tmp), args.noise) for c in (1, 2)}
         latency = {bg: paced_latency(bg, Path(tmp)) for bg in (False, True)}
     one, two = results[1], results[2]
-    print(f"{args.frames} frames of {SIZE}x{SIZE} RGB per configuration, episodes of {EPISODE} steps, 1 process")
+    print(f"{args.frames} frames of {SIZE}x{SIZE} RGB per configuration, episodes of {EPISODE} steps, 1 process, "
+          f"pixel noise std {args.noise}")
     print(f"{'':34s}{'1 camera':>12s}{'2 cameras':>12s}{'2 / 1':>8s}")
     rows = [
         ("store write [frames/s]", "write_fps"), ("store read, sequential [frames/s]", "read_fps"),
