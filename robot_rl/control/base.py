@@ -94,3 +94,15 @@ class Controller(abc.ABC):
     def hold(self, state: RobotState) -> None:
         """Switch to holding the posture in ``state`` (used by the safety layer); defaults to :meth:`reset`."""
         self.reset(state)
+
+    def current_target(self) -> object | None:
+        """The target being tracked now (the safety layer blends from it when a new policy takes over)."""
+        return None
+
+    def safe_stop(self, state: RobotState) -> np.ndarray:
+        """Commands for the e-stop state; the default is all zeros (torque off / motors off).
+
+        Arms and humanoids override it with a damping mode (``-kd dq``, plus gravity compensation
+        where the controller has a model) so a stopped robot sinks slowly instead of falling.
+        """
+        return np.zeros(self.n_commands)

@@ -1,0 +1,239 @@
+"""Cartesian impedance / operational-space control with nullspace posture control (CRISP-style law).
+
+Per tick: EMA-filter the target pose and stiffness, pose error (translation and rotation apart,
+world frame), per-axis error clip, task torque ``J^T (K e - D J dq)`` (impedance) or
+``J^T Λ (K e - D J dq)`` (operational space), nullspace posture torque projected with the kinematic
+(``I - J⁺J``) or dynamic (``I - Jᵀ J̄ᵀ``) projector, joint-limit repulsion, feed-forward wrench,
+torque-rate limit on the control part, then gravity/Coriolis compensation and the effort limits.
+
+Every damping term is ``2 ζ sqrt(k)`` with ζ >= 0 checked in the config: CRISP's nullspace damping
+default of -1 meaning "auto" is not carried over (a negative damping term would pump energy in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from robot_rl.control.arm_model import MujocoArmModel
+from robot_rl.control.base import Controller, RobotState, TargetRejected
+from robot_rl.control.joint_pd import per_joint
+from robot_rl.control.rotations import mat_to_quat, quat_slerp, quat_to_mat, rotvec_from_mat
+from robot_rl.control.targets import JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
+from robot_rl.core.config import ConfigError
+from robot_rl.core.embodiment import Embodiment
+
+PROJECTORS = ("kinematic", "dynamic", "none")
+
+
+@dataclass(frozen=True)
+class CartesianConfig:
+    """Gains and limits of :class:`CartesianImpedanceController` (``cartesian:`` section)."""
+
+    stiffness: tuple[float, float, float, float, float, float] = (500.0, 500.0, 500.0, 30.0, 30.0, 30.0)
+    """Task stiffness kx, ky, kz [N/m], krx, kry, krz [Nm/rad] (CRISP defaults)."""
+    damping_ratio: float = 1.0
+    """ζ in ``d = 2 ζ sqrt(k)``: critical for unit mass (impedance) or exactly critical (operational space)."""
+    max_stiffness: tuple[float, float] = (900.0, 60.0)
+    """Clamp for variable stiffness targets: translational [N/m], rotational [Nm/rad] (CRISP's)."""
+    error_clip: tuple[float, float] = (0.1, 0.5)
+    """Per-axis pose error clip: translation [m], rotation [rad]; tight clips keep contact forces low."""
+    operational_space: bool = False
+    """Shape the task with the task-space inertia Λ (OSC) instead of plain impedance."""
+    osc_regularization: float = 0.01
+    """Added to ``J M⁻¹ Jᵀ`` before inverting it for Λ (keeps Λ finite near singularities)."""
+    nullspace_projector: str = "kinematic"
+    """``kinematic`` (I - J⁺J), ``dynamic`` (inertia-weighted) or ``none``."""
+    nullspace_stiffness: tuple[float, ...] = (10.0,)
+    """Posture stiffness per joint [Nm/rad] (one value = all joints) towards the reference posture."""
+    nullspace_damping_ratio: float = 1.0
+    """ζ of the posture loop, ``d = 2 ζ sqrt(k)``; must be >= 0."""
+    nullspace_max_torque: float = 5.0
+    """Clip of the projected posture torque per joint [Nm]."""
+    pinv_regularization: float = 1e-6
+    """Damping of the pseudo-inverse ``Jᵀ (J Jᵀ + λ I)⁻¹``."""
+    gravity_compensation: bool = True
+    """Add ``g(q)`` (on in simulation; off on a Franka, which compensates gravity itself)."""
+    coriolis_compensation: bool = True
+    """Add ``C(q, dq) dq``."""
+    joint_limit_range: float = 0.1
+    """Distance from a joint limit where the repulsion starts [rad]."""
+    joint_limit_torque: float = 5.0
+    """Repulsion torque at the limit [Nm], growing linearly across ``joint_limit_range``."""
+    target_filter: float = 0.1
+    """EMA weight per tick for the target pose and stiffness (1 = no smoothing; CRISP 0.1)."""
+    max_delta_tau: float | None = 0.5
+    """Largest change of the control torque per tick [Nm] (CRISP 0.5 at 1 kHz); None disables."""
+    stop_damping: tuple[float, ...] = (5.0,)
+    """Joint damping of the e-stop damping mode [Nm s/rad]."""
+
+    def __post_init__(self) -> None:
+        values = {"stiffness": self.stiffness, "max_stiffness": self.max_stiffness, "error_clip": self.error_clip,
+                  "nullspace_stiffness": self.nullspace_stiffness, "stop_damping": self.stop_damping}
+        for name, val in values.items():
+            arr = np.asarray(val, dtype=np.float64)
+            if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise ConfigError(f"CartesianConfig.{name}: needs finite values >= 0, got {val}")
+        for name in ("damping_ratio", "nullspace_damping_ratio", "nullspace_max_torque", "joint_limit_range",
+                     "joint_limit_torque", "pinv_regularization", "osc_regularization"):
+            val = getattr(self, name)
+            if not (np.isfinite(val) and val >= 0):
+                raise ConfigError(f"CartesianConfig.{name}: must be finite and >= 0 (damping must damp), got {val}")
+        if self.nullspace_projector not in PROJECTORS:
+            raise ConfigError(f"CartesianConfig.nullspace_projector: expected one of {PROJECTORS}, "
+                              f"got {self.nullspace_projector!r}")
+        if not 0 < self.target_filter <= 1:
+            raise ConfigError(f"CartesianConfig.target_filter: must be in (0, 1], got {self.target_filter}")
+        if self.max_delta_tau is not None and not self.max_delta_tau > 0:
+            raise ConfigError(f"CartesianConfig.max_delta_tau: must be > 0, got {self.max_delta_tau}")
+        k = np.asarray(self.stiffness)
+        if np.any(k[:3] > self.max_stiffness[0]) or np.any(k[3:] > self.max_stiffness[1]):
+            raise ConfigError(f"CartesianConfig.stiffness: {self.stiffness} exceeds max_stiffness {self.max_stiffness}")
+
+
+class CartesianImpedanceController(Controller):
+    """Compliant end-effector pose tracking for a torque-controlled arm (see module docstring)."""
+
+    def __init__(self, config: CartesianConfig, embodiment: Embodiment, model: MujocoArmModel) -> None:
+        n = embodiment.n_joints
+        if model.n != n:
+            raise ConfigError(f"CartesianImpedanceController: model has {model.n} joints, embodiment {n}")
+        self.config = config
+        self.embodiment = embodiment
+        self.model = model
+        self.effort = np.asarray(embodiment.limits.effort)
+        self.lower = np.asarray(embodiment.limits.position_lower)
+        self.upper = np.asarray(embodiment.limits.position_upper)
+        self.k_ns = per_joint("CartesianConfig.nullspace_stiffness", config.nullspace_stiffness, n)
+        self.d_ns = 2.0 * config.nullspace_damping_ratio * np.sqrt(self.k_ns)
+        self.stop_kd = per_joint("CartesianConfig.stop_damping", config.stop_damping, n)
+        self.clip = np.repeat(np.asarray(config.error_clip, dtype=np.float64), 3)
+        self.max_k = np.repeat(np.asarray(config.max_stiffness, dtype=np.float64), 3)
+        self._eye = np.eye(n)
+        self._stiffness_target = np.asarray(config.stiffness, dtype=np.float64)
+        self.stiffness = self._stiffness_target.copy()
+        self._target: PoseTarget | None = None
+        self._pos_f = np.zeros(3)
+        self._quat_f = np.array([1.0, 0.0, 0.0, 0.0])
+        self._q_ref = np.zeros(n)
+        self._wrench = np.zeros(6)
+        self._tau_prev: np.ndarray | None = None
+        self.last_error = np.zeros(6)
+        """Pose error of the last tick after clipping (translation, rotation vector), for diagnostics."""
+
+    @property
+    def n_commands(self) -> int:
+        """One torque per arm joint."""
+        return self.embodiment.n_joints
+
+    def _current_pose(self, state: RobotState) -> PoseTarget:
+        self.model.update(state)
+        return PoseTarget(self.model.ee_position().copy(), mat_to_quat(self.model.ee_rotation()))
+
+    def reset(self, state: RobotState) -> None:
+        """Hold the current pose and posture; forget wrench, stiffness changes and filters."""
+        self.hold(state)
+        self._q_ref = state.q.copy()
+        self._stiffness_target = np.asarray(self.config.stiffness, dtype=np.float64)
+        self.stiffness = self._stiffness_target.copy()
+
+    def hold(self, state: RobotState) -> None:
+        """Hold the current end-effector pose (stiffness and posture reference kept)."""
+        pose = self._current_pose(state)
+        self._target = pose
+        self._pos_f, self._quat_f = pose.position.copy(), pose.quat.copy()
+        self._wrench = np.zeros(6)
+        self._tau_prev = None
+
+    def current_target(self) -> PoseTarget | None:
+        """The pose target (before the per-tick filter)."""
+        return self._target
+
+    def set_target(self, target: object, stamp: float) -> None:
+        """Accept a PoseTarget, JointTarget (posture reference), WrenchTarget or StiffnessTarget."""
+        n = self.embodiment.n_joints
+        if isinstance(target, PoseTarget):
+            if self._target is None:
+                self._pos_f, self._quat_f = target.position.copy(), target.quat.copy()
+            self._target = target
+        elif isinstance(target, JointTarget):
+            if target.q.shape != (n,):
+                raise TargetRejected(f"JointTarget.q: expected {n} joints, got {target.q.size}")
+            if np.any((target.q < self.lower) | (target.q > self.upper)):
+                raise TargetRejected("JointTarget.q: posture reference outside the joint limits")
+            self._q_ref = target.q.copy()
+        elif isinstance(target, WrenchTarget):
+            self._wrench = np.concatenate([target.force, target.torque])
+        elif isinstance(target, StiffnessTarget):
+            self._stiffness_target = np.minimum(target.stiffness, self.max_k)
+        else:
+            raise TargetRejected(f"CartesianImpedanceController: unsupported target {type(target).__name__}")
+
+    def _filter(self) -> None:
+        assert self._target is not None
+        a = self.config.target_filter
+        self._pos_f += a * (self._target.position - self._pos_f)
+        self._quat_f = quat_slerp(self._quat_f, self._target.quat, a)
+        self.stiffness += a * (self._stiffness_target - self.stiffness)
+
+    def _joint_limit_torque(self, q: np.ndarray) -> np.ndarray:
+        rng, tmax = self.config.joint_limit_range, self.config.joint_limit_torque
+        if rng <= 0 or tmax <= 0:
+            return np.zeros_like(q)
+        push_up = np.clip((self.lower + rng - q) / rng, 0.0, 1.0)
+        push_down = np.clip((q - (self.upper - rng)) / rng, 0.0, 1.0)
+        return tmax * (push_up - push_down)
+
+    def compute(self, state: RobotState, stamp: float) -> np.ndarray:
+        """Joint torques for this tick."""
+        if self._target is None:
+            self.reset(state)
+        self.model.update(state)
+        self._filter()
+        cfg = self.config
+        m = self.model
+        e = np.empty(6)
+        e[:3] = self._pos_f - m.ee_position()
+        e[3:] = rotvec_from_mat(quat_to_mat(self._quat_f) @ m.ee_rotation().T)
+        np.clip(e, -self.clip, self.clip, out=e)
+        self.last_error = e
+        jac = m.jacobian()
+        k = self.stiffness
+        d = 2.0 * cfg.damping_ratio * np.sqrt(k)
+        force = k * e - d * (jac @ state.dq)
+        need_dynamics = cfg.operational_space or cfg.nullspace_projector == "dynamic"
+        if need_dynamics:
+            m_inv = np.linalg.inv(m.mass_matrix())
+            a_inv = jac @ m_inv @ jac.T
+        if cfg.operational_space:
+            force = np.linalg.solve(a_inv + cfg.osc_regularization * np.eye(6), force)
+        tau = jac.T @ (force + self._wrench)
+        tau0 = self.k_ns * (self._q_ref - state.q) - self.d_ns * state.dq
+        if cfg.nullspace_projector == "kinematic":
+            jpinv = jac.T @ np.linalg.inv(jac @ jac.T + cfg.pinv_regularization * np.eye(6))
+            tau0 = tau0 - jac.T @ (jpinv.T @ tau0)  # (I - J⁺J)ᵀ tau0, J⁺J symmetric
+        elif cfg.nullspace_projector == "dynamic":
+            # Jbarᵀ tau0 = Λ J M⁻¹ tau0, with Λ regularised as little as the pseudo-inverse.
+            jbar_t_tau = np.linalg.solve(a_inv + cfg.pinv_regularization * np.eye(6), jac @ (m_inv @ tau0))
+            tau0 = tau0 - jac.T @ jbar_t_tau
+        tau += np.clip(tau0, -cfg.nullspace_max_torque, cfg.nullspace_max_torque)
+        tau += self._joint_limit_torque(state.q)
+        if cfg.max_delta_tau is not None and self._tau_prev is not None:
+            tau = np.clip(tau, self._tau_prev - cfg.max_delta_tau, self._tau_prev + cfg.max_delta_tau)
+        self._tau_prev = tau
+        if cfg.gravity_compensation and cfg.coriolis_compensation:
+            tau = tau + m.bias()
+        elif cfg.gravity_compensation:
+            tau = tau + m.gravity()
+        elif cfg.coriolis_compensation:
+            tau = tau + m.bias() - m.gravity()
+        return np.clip(tau, -self.effort, self.effort)
+
+    def safe_stop(self, state: RobotState) -> np.ndarray:
+        """Damping mode with gravity compensation (when configured): the arm stops and floats."""
+        tau = -self.stop_kd * state.dq
+        if self.config.gravity_compensation:
+            self.model.update(state)
+            tau = tau + self.model.gravity()
+        return np.clip(tau, -self.effort, self.effort)
