@@ -75,3 +75,39 @@ def test_info_roundtrip_survives_reopen(tmp_path: Path) -> None:
     info = DatasetInfo(robot="g1", fps=50.0, task="walk", controller={"kp": [1.0, 2.0]}, cameras={})
     EpisodeStore.create(tmp_path / "d.zarr", info).close()
     assert EpisodeStore.open(tmp_path / "d.zarr").info == info
+
+
+DIES_IN_COMMIT = """
+import os, sys
+import robot_rl.data.store as store_module
+from robot_rl.data import DatasetInfo, EpisodeStore
+from robot_rl.data.synthetic import synthetic_episode
+store = EpisodeStore.create(sys.argv[1], DatasetInfo(robot="panda", fps=10.0, task="a"))
+store.add_episode(synthetic_episode(0, 12, size=32))
+real_append = store_module._append
+def dying_append(arr, row, values):
+    if str(arr.path).endswith("episode_ends"):
+        os._exit(3)  # the process dies right before the commit point; per-episode rows are on disk
+    real_append(arr, row, values)
+store_module._append = dying_append
+store.add_episode(synthetic_episode(1, 9, size=32), task="b")
+"""
+
+
+def test_death_inside_commit_before_episode_ends(tmp_path: Path) -> None:
+    path = tmp_path / "d.zarr"
+    proc = subprocess.run([sys.executable, "-c", DIES_IN_COMMIT, str(path)], timeout=120)
+    assert proc.returncode == 3
+    reader = EpisodeStore.open(path)
+    assert reader.num_episodes == 1 and reader.num_frames == 12 and reader.uncommitted_frames == 9
+    from robot_rl.data.validate import validate_store
+
+    report = validate_store(path)
+    assert report.ok and any("episode 1: incomplete, 9 uncommitted" in w for w in report.warnings)
+    with EpisodeStore.open(path, mode="a") as again:
+        assert again.dropped_frames == 9
+        again.add_episode(synthetic_episode(1, 5, size=32), task="c")
+    final = EpisodeStore.open(path)
+    assert [final.episode_info(i).length for i in range(2)] == [12, 5]
+    assert [final.episode_info(i).task for i in range(2)] == ["a", "c"]
+    assert final.tasks[:1] == ["a"] and final.uncommitted_frames == 0
