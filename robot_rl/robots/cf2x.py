@@ -69,6 +69,9 @@ EMBODIMENT = Embodiment(
 )
 
 
+_YAW_COEF = YAW_TORQUE_SIGNS * THRUST_TO_TORQUE
+
+
 def mixer_matrix() -> np.ndarray:
     """4x4 matrix mapping per-rotor thrusts to (collective thrust, roll, pitch, yaw torques)."""
     x, y = ROTOR_POSITIONS[:, 0], ROTOR_POSITIONS[:, 1]
@@ -77,8 +80,8 @@ def mixer_matrix() -> np.ndarray:
 
 def rotor_commands(thrusts: np.ndarray) -> np.ndarray:
     """The 8 ctrl values (4 thrusts, 4 yaw torques) for per-rotor thrusts [N], clipped to limits."""
-    t = np.clip(np.asarray(thrusts, dtype=np.float64), THRUST_MIN, THRUST_MAX)
-    return np.concatenate([t, YAW_TORQUE_SIGNS * THRUST_TO_TORQUE * t])
+    t = np.minimum(np.maximum(np.asarray(thrusts, dtype=np.float64), THRUST_MIN), THRUST_MAX)
+    return np.concatenate((t, _YAW_COEF * t))
 
 
 def build_spec() -> mujoco.MjSpec:

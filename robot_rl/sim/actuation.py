@@ -49,4 +49,4 @@ class ActuatorPipeline:
         out = self._state
         if self.noise_std > 0:
             out = out + self._rng.normal(0.0, self.noise_std, self.n) * (self.high - self.low)
-        return np.clip(out, self.low, self.high)
+        return np.minimum(np.maximum(out, self.low), self.high)

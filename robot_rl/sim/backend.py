@@ -95,8 +95,8 @@ class MujocoBackend(SimBackend):
                 return "controller produced a non-finite command"
             d.ctrl[actuators] = u
             mujoco.mj_step2(m, d)
-            if self._warning_count() != warnings_before:
-                return "physics diverged (MuJoCo warning: " + self._last_warning() + ")"
+        if self._warning_count() != warnings_before:  # MuJoCo counts and auto-resets; checked once per call
+            return "physics diverged (MuJoCo warning: " + self._last_warning() + ")"
         if not (np.all(np.isfinite(d.qpos)) and np.all(np.isfinite(d.qvel))):
             return "physics diverged (non-finite state)"
         return ""

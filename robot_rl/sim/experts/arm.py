@@ -148,13 +148,19 @@ class PushExpert(_ArmExpert):
         return self._action(np.r_[start - tcp[:2], 0.09 - tcp[2]], 0.0, CLOSED)
 
 
-def expert_for(env: gym.Env[Any, Any]) -> _ArmExpert:
-    """The expert that solves ``env`` (a registered arm task), scaled to its policy rate."""
+def expert_for(env: gym.Env[Any, Any]) -> Any:
+    """The scripted expert / reference controller of ``env`` (arm tasks scaled to its policy rate)."""
     from robot_rl.sim.envs.arm_pick_lift import ArmPickLiftEnv
     from robot_rl.sim.envs.arm_push import ArmPushEnv
     from robot_rl.sim.envs.arm_reach import ArmReachEnv
+    from robot_rl.sim.envs.quad_base import QuadEnv
+    from robot_rl.sim.experts.quad import HoverExpert
 
     base = env.unwrapped
+    if isinstance(base, QuadEnv):
+        if base.mode.value != "thrust_body_rates":
+            raise TypeError("the hover expert emits thrust_body_rates actions; make the env with that control_mode")
+        return HoverExpert()
     hz = float(base.config.policy_hz)  # type: ignore[attr-defined]
     for cls, expert in ((ArmPickLiftEnv, PickLiftExpert), (ArmPushEnv, PushExpert), (ArmReachEnv, ReachExpert)):
         if isinstance(base, cls):

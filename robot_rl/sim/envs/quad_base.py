@@ -1,0 +1,173 @@
+"""Crazyflie tasks: what hover and trajectory tracking share.
+
+Actions (``control_mode``):
+
+* ``thrust_body_rates`` (default, what PX4/Betaflight accept): ``collective`` in [0, 1] (fraction of
+  the 4-rotor maximum thrust) and ``body_rates`` in [-1, 1]^3 (x ``MAX_BODY_RATE`` rad/s), tracked by
+  a body-rate loop at every physics step;
+* ``motor_commands``: ``motors`` in [0, 1]^4, each rotor's fraction of its maximum thrust.
+
+Rotor thrusts become the model's 8 actuators (4 thrusts + 4 yaw reaction torques) via
+:func:`robot_rl.robots.cf2x.rotor_commands`. The episode terminates on a crash (too low, flipped
+or flown away).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import mujoco
+import numpy as np
+
+from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
+from robot_rl.robots import actuator_indices, cf2x
+from robot_rl.sim import scenes
+from robot_rl.sim.base_env import RobotEnv
+
+MAX_BODY_RATE = 8.0
+"""Body rate at action magnitude 1 [rad/s]."""
+RATE_GAIN = 40.0
+"""Proportional gain of the in-loop body-rate controller [1/s] (temporary, until robot_rl.control has one)."""
+INERTIA = np.array(cf2x.INERTIA)
+MIN_HEIGHT = 0.1
+MAX_TILT_COS = np.cos(np.radians(80.0))
+MAX_DISTANCE = 3.0
+"""Crash: below MIN_HEIGHT (the collision sphere touches the floor at 0.065 m), tilted beyond 80 deg,
+or farther than MAX_DISTANCE from the goal."""
+
+
+def body_rotation(quat: np.ndarray) -> np.ndarray:
+    """3x3 rotation (body to world) of a wxyz quaternion."""
+    mat = np.zeros(9)
+    mujoco.mju_quat2Mat(mat, np.asarray(quat, dtype=np.float64))
+    return mat.reshape(3, 3)
+
+
+class QuadEnv(RobotEnv):
+    """Base of the quadrotor tasks; subclasses set the goal trajectory and success."""
+
+    ROBOT = "cf2x"
+    RENDER_CAMERA = "overview"
+    DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 50.0, "max_episode_steps": 250}
+
+    def _build_model(self) -> mujoco.MjModel:
+        self.embodiment = cf2x.EMBODIMENT
+        return scenes.quadrotor_scene().compile()
+
+    def _setup(self) -> None:
+        m = self.model
+        self.mode = ControlMode(self.config.control_mode or ControlMode.THRUST_BODY_RATES)
+        if self.mode not in (ControlMode.THRUST_BODY_RATES, ControlMode.MOTOR_COMMANDS):
+            raise SpecError(f"control_mode: quadrotor tasks accept thrust_body_rates or motor_commands, "
+                            f"got {self.mode.value}")
+        self.body = m.body(cf2x.BODY).id
+        self.goal_mocap = int(m.body_mocapid[m.body(scenes.GOAL_BODY).id])
+        self.mixer_inv = np.linalg.inv(cf2x.mixer_matrix())
+        self.goal = np.array([0.0, 0.0, 1.0])
+        self.goal_vel = np.zeros(3)
+        self.thrust_cmd = np.full(4, cf2x.HOVER_THRUST)
+        self.collective = 4 * cf2x.HOVER_THRUST
+        self.rates_cmd = np.zeros(3)
+        self._wrench = np.zeros(4)
+
+    def _controlled_actuators(self) -> np.ndarray:
+        return actuator_indices(self.model, (*cf2x.THRUST_ACTUATORS, *cf2x.YAW_TORQUE_ACTUATORS))
+
+    def _observation_fields(self) -> Mapping[str, FieldSpec]:
+        return {
+            "position": FieldSpec((3,), description="world position [m]"),
+            "quat": FieldSpec((4,), description="orientation wxyz"),
+            "linvel": FieldSpec((3,), description="world linear velocity [m/s]"),
+            "angvel": FieldSpec((3,), description="body rates [rad/s]"),
+            "goal_pos": FieldSpec((3,), description="goal position [m]"),
+            "goal_vel": FieldSpec((3,), description="goal velocity [m/s]"),
+        }
+
+    def _action_spec(self) -> ActionSpec:
+        if self.mode == ControlMode.MOTOR_COMMANDS:
+            return ActionSpec({"motors": FieldSpec((4,), low=0.0, high=1.0, description="rotor thrust fraction")})
+        return ActionSpec({
+            "collective": FieldSpec((1,), low=0.0, high=1.0, description="fraction of the 4-rotor max thrust"),
+            "body_rates": FieldSpec((3,), low=-1.0, high=1.0, description="body rates / MAX_BODY_RATE"),
+        })
+
+    # ---- state ----------------------------------------------------------------------------------
+    def state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Position, quaternion (wxyz), world linear velocity, body angular velocity."""
+        q, v = self.data.qpos, self.data.qvel
+        return (q[cf2x.QPOS_POS].copy(), q[cf2x.QPOS_QUAT].copy(), v[cf2x.QVEL_LINVEL].copy(),
+                v[cf2x.QVEL_ANGVEL].copy())
+
+    def _goal_at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Goal position and velocity at time ``t``; hover keeps it fixed."""
+        return self.goal, np.zeros(3)
+
+    def _initial_state(self, rng: np.random.Generator, spread: float) -> tuple[np.ndarray, np.ndarray]:
+        qpos = self.model.qpos0.copy()
+        qpos[cf2x.QPOS_POS] = self.goal + rng.uniform(-spread, spread, 3)
+        rpy = rng.uniform(-0.2, 0.2, 3)
+        quat = np.zeros(4)
+        mujoco.mju_euler2Quat(quat, rpy, "xyz")
+        qpos[cf2x.QPOS_QUAT] = quat
+        qvel = np.zeros(self.model.nv)
+        qvel[cf2x.QVEL_LINVEL] = rng.uniform(-0.2, 0.2, 3)
+        return qpos, qvel
+
+    def _reset_controller(self) -> None:
+        self.thrust_cmd = np.full(4, cf2x.HOVER_THRUST)
+        self.collective = 4 * cf2x.HOVER_THRUST
+        self.rates_cmd = np.zeros(3)
+        self.data.mocap_pos[self.goal_mocap] = self.goal
+
+    # ---- control --------------------------------------------------------------------------------
+    def _apply_action(self, action: dict[str, np.ndarray]) -> None:
+        if self.mode == ControlMode.MOTOR_COMMANDS:
+            self.thrust_cmd = action["motors"].astype(np.float64) * cf2x.THRUST_MAX
+            return
+        self.collective = float(action["collective"][0]) * 4 * cf2x.THRUST_MAX
+        self.rates_cmd = action["body_rates"].astype(np.float64) * MAX_BODY_RATE
+
+    def _before_physics(self) -> None:
+        t = self.data.time + 1.0 / self.config.policy_hz
+        self.goal, self.goal_vel = self._goal_at(t)
+        self.data.mocap_pos[self.goal_mocap] = self.goal
+
+    def _control(self) -> np.ndarray:
+        if self.mode == ControlMode.MOTOR_COMMANDS:
+            return cf2x.rotor_commands(self.thrust_cmd)
+        w = self.data.qvel[cf2x.QVEL_ANGVEL]
+        jw = INERTIA * w
+        wrench = self._wrench
+        wrench[0] = self.collective
+        wrench[1:] = INERTIA * RATE_GAIN * (self.rates_cmd - w)
+        wrench[1] += w[1] * jw[2] - w[2] * jw[1]  # gyroscopic term w x Jw, written out (np.cross is slow)
+        wrench[2] += w[2] * jw[0] - w[0] * jw[2]
+        wrench[3] += w[0] * jw[1] - w[1] * jw[0]
+        return cf2x.rotor_commands(self.mixer_inv @ wrench)
+
+    # ---- observation / reward -------------------------------------------------------------------
+    def _observe(self) -> dict[str, np.ndarray]:
+        pos, quat, lin, ang = self.state()
+        obs = {"position": pos, "quat": quat, "linvel": lin, "angvel": ang, "goal_pos": self.goal,
+               "goal_vel": self.goal_vel}
+        return {k: np.asarray(v, dtype=np.float32).copy() for k, v in obs.items()}
+
+    def error(self) -> float:
+        """Distance to the goal [m]."""
+        return float(np.linalg.norm(self.data.qpos[cf2x.QPOS_POS] - self.goal))
+
+    def _reward_terms(self) -> dict[str, float]:
+        _, quat, lin, ang = self.state()
+        up = body_rotation(quat)[2, 2]
+        return {
+            "position": -self.error(),
+            "velocity": -0.1 * float(np.linalg.norm(lin - self.goal_vel)),
+            "upright": -0.2 * (1.0 - float(up)),
+            "body_rates": -0.01 * float(np.linalg.norm(ang)),
+            "alive": 0.5,
+        }
+
+    def _terminated(self) -> bool:
+        pos, quat, _, _ = self.state()
+        return bool(pos[2] < MIN_HEIGHT or body_rotation(quat)[2, 2] < MAX_TILT_COS or self.error() > MAX_DISTANCE)

@@ -1,0 +1,76 @@
+"""Crazyflie envs: hover/track reference controller success, free fall, motor commands, checker."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import robot_rl.sim  # noqa: F401
+from robot_rl.robots import cf2x
+from robot_rl.sim.experts import expert_for
+
+
+def _fly(env: gym.Env, seed: int) -> tuple[bool, bool, float]:
+    """(crashed, success at the end, mean goal distance over the last 3/4 of the episode)."""
+    expert = expert_for(env)
+    obs, _ = env.reset(seed=seed)
+    errors, info, terminated = [], {}, False
+    done = False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(expert.act(obs))
+        errors.append(float(np.linalg.norm(obs["position"] - obs["goal_pos"])))
+        done = terminated or truncated
+    return terminated, bool(info["is_success"]), float(np.mean(errors[len(errors) // 4:]))
+
+
+@pytest.mark.slow
+def test_hover_expert_50_seeds() -> None:
+    env = gym.make("robot_rl/QuadHover-v0", max_episode_steps=150)
+    results = [_fly(env, 2000 + s) for s in range(50)]
+    crashes = sum(r[0] for r in results)
+    success = np.mean([r[1] for r in results])
+    assert crashes == 0
+    assert success >= 0.98, f"hover success {success:.2f}"
+
+
+@pytest.mark.slow
+def test_track_expert_follows_figure_eight() -> None:
+    env = gym.make("robot_rl/QuadTrack-v0", max_episode_steps=300)
+    results = [_fly(env, 3000 + s) for s in range(10)]
+    assert sum(r[0] for r in results) == 0
+    mean_error = np.mean([r[2] for r in results])
+    assert mean_error < 0.08, f"tracking error {mean_error:.3f} m"
+
+
+def test_zero_thrust_falls_and_crash_terminates() -> None:
+    env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands")
+    obs, _ = env.reset(seed=0)
+    vz0 = obs["linvel"][2]
+    obs, *_ = env.step(np.zeros(4, np.float32))  # 20 ms of free fall
+    assert obs["linvel"][2] - vz0 == pytest.approx(-9.81 * 0.02, rel=0.02)
+    terminated = False
+    for _ in range(100):
+        _, _, terminated, truncated, _ = env.step(np.zeros(4, np.float32))
+        if terminated or truncated:
+            break
+    assert terminated
+
+
+def test_hover_thrust_balances_gravity() -> None:
+    """Motor commands at the hover fraction keep a level drone nearly still for 0.4 s."""
+    env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands")
+    env.reset(seed=0)
+    base = env.unwrapped
+    base.data.qpos[cf2x.QPOS_QUAT] = [1, 0, 0, 0]
+    base.data.qvel[:] = 0
+    start = base.data.qpos[cf2x.QPOS_POS].copy()
+    frac = cf2x.HOVER_THRUST / cf2x.THRUST_MAX
+    for _ in range(20):
+        env.step(np.full(4, frac, np.float32))
+    assert np.linalg.norm(base.data.qpos[cf2x.QPOS_POS] - start) < 0.01
+
+
+def test_check_env_quad() -> None:
+    check_env(gym.make("robot_rl/QuadTrack-v0").unwrapped, skip_render_check=True)
