@@ -183,3 +183,35 @@ def test_import_dataset_written_by_lerobot(tmp_path: Path) -> None:
         assert abs(int(s.observation["top"][10, 10, 0]) - 30 * i) <= 4  # lossy video, right frame
         assert s.is_intervention == (i == 2) and s.obs_stamp == pytest.approx(i / 15, abs=1e-6)
     assert steps[-1].terminated and steps[-1].reward == 1.0
+
+
+NATIVE = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from robot_rl.data import DatasetInfo, EpisodeStore
+from robot_rl.data.lerobot_native import export_with_lerobot
+from robot_rl.data.synthetic import synthetic_episode
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+store = EpisodeStore.create(sys.argv[1] + "/s.zarr", DatasetInfo(robot="panda", fps=10.0, task="pick"))
+for i in range(2):
+    store.add_episode(synthetic_episode(i, 20 + i, cameras=1, size=64))
+export_with_lerobot(store, sys.argv[1] + "/lr", progress=False)
+ds = LeRobotDataset("local/robot_rl", root=sys.argv[1] + "/lr")
+item = ds[25]
+print(ds.num_episodes, ds.num_frames, int(item["episode_index"]), int(item["frame_index"]),
+      bool(item["complementary_info.is_intervention"]))
+"""
+
+
+def test_native_lerobot_api_export(tmp_path: Path) -> None:
+    python = os.environ.get("ROBOT_RL_LEROBOT_PYTHON")
+    if not python or subprocess.run([python, "-c", "import zarr, yaml, lerobot"], capture_output=True).returncode:
+        pytest.skip("set ROBOT_RL_LEROBOT_PYTHON to a Python with lerobot and zarr to use LeRobot's own API")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    repo = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run([python, "-c", NATIVE, str(tmp_path), repo], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    episodes, frames, ep, frame, intervention = proc.stdout.split()[-5:]
+    assert (episodes, frames, ep, frame) == ("2", "41", "1", "5")
+    assert intervention == str(synthetic_episode(1, 21)[5].is_intervention)
