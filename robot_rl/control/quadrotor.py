@@ -1,0 +1,276 @@
+"""Cascaded quadrotor control: position -> attitude -> body rates -> motor mixing.
+
+Position PID gives a desired acceleration; the thrust vector ``m (a + g)`` sets the collective
+thrust and the desired body z axis (tilt-limited), yaw completes the desired attitude; an attitude
+P loop on the SO(3) error commands body rates; a rate P loop with gyroscopic feed-forward gives
+body torques; the mixer turns (thrust, torques) into per-rotor thrusts, saturating yaw first.
+:class:`ThrustCurve` maps thrusts to normalised motor commands (real ESCs) and
+:class:`MotorModel` is the first-order motor lag a simulator applies to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from robot_rl.control.base import Controller, RobotState, TargetRejected
+from robot_rl.control.rotations import quat_to_mat
+from robot_rl.control.targets import FlightTarget
+from robot_rl.core.config import ConfigError
+
+
+@dataclass(frozen=True)
+class QuadrotorParams:
+    """Physical parameters of one quadrotor (from ``robot_rl.robots.<robot>``)."""
+
+    mass: float
+    """Total mass [kg]."""
+    inertia: tuple[float, float, float]
+    """Diagonal body inertia [kg m^2]."""
+    rotor_positions: tuple[tuple[float, float, float], ...]
+    """Rotor positions in the body frame [m] (x forward, y left, z up)."""
+    yaw_signs: tuple[float, ...]
+    """Sign of each rotor's reaction torque about body z."""
+    thrust_to_torque: float
+    """Yaw reaction torque per unit thrust [Nm/N]."""
+    thrust_max: float
+    """Largest thrust per rotor [N]."""
+    motor_time_constant: float
+    """First-order motor lag [s]."""
+    gravity: float = 9.81
+    """Gravitational acceleration [m/s^2]."""
+
+    def __post_init__(self) -> None:
+        if len(self.rotor_positions) != 4 or len(self.yaw_signs) != 4:
+            raise ConfigError("QuadrotorParams: exactly 4 rotors are supported")
+        if self.mass <= 0 or min(self.inertia) <= 0 or self.thrust_max <= 0 or self.motor_time_constant < 0:
+            raise ConfigError("QuadrotorParams: mass, inertia and thrust_max must be > 0")
+        if 4 * self.thrust_max <= self.mass * self.gravity:
+            raise ConfigError("QuadrotorParams: the rotors cannot lift the mass")
+
+    def mixer(self) -> np.ndarray:
+        """4x4 matrix: per-rotor thrusts -> (collective thrust, roll, pitch, yaw torques)."""
+        pos = np.asarray(self.rotor_positions)
+        return np.stack([np.ones(4), pos[:, 1], -pos[:, 0], np.asarray(self.yaw_signs) * self.thrust_to_torque])
+
+
+@dataclass(frozen=True)
+class QuadrotorConfig:
+    """Gains and limits of :class:`QuadrotorController` (``quadrotor:`` section)."""
+
+    pos_kp: tuple[float, float, float] = (6.0, 6.0, 8.0)
+    """Position gain [1/s^2] per world axis."""
+    pos_kd: tuple[float, float, float] = (4.4, 4.4, 5.1)
+    """Velocity gain [1/s] per world axis."""
+    pos_ki: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    """Integral gain [1/s^3] per world axis (rejects a mass error)."""
+    integral_limit: float = 2.0
+    """Anti-windup clamp on the integral acceleration [m/s^2]."""
+    max_accel: float = 8.0
+    """Clip of the commanded horizontal acceleration [m/s^2]."""
+    max_tilt: float = 0.6
+    """Largest commanded tilt [rad]."""
+    att_kp: tuple[float, float, float] = (8.0, 8.0, 4.0)
+    """Attitude gain: body-rate command per rad of error [1/s]."""
+    max_rate: float = 6.0
+    """Clip of commanded body rates [rad/s]."""
+    rate_kp: tuple[float, float, float] = (25.0, 25.0, 12.0)
+    """Rate gain: angular acceleration per rad/s of rate error [1/s]."""
+    motor_bandwidth: float = 30.0
+    """Motor-lag compensation [1/s]: rotor commands lead an internal motor model so thrusts follow
+    with this bandwidth instead of ``1 / motor_time_constant`` (0 disables; needs headroom)."""
+    hover_time: float = 2.0
+    """Fail-safe: hover this long [s] after a stale target before landing."""
+    land_speed: float = 0.3
+    """Fail-safe descent speed [m/s]."""
+    land_height: float = 0.02
+    """Height [m] at which the fail-safe landing switches the motors off."""
+
+    def __post_init__(self) -> None:
+        for name in ("pos_kp", "pos_kd", "pos_ki", "att_kp", "rate_kp"):
+            arr = np.asarray(getattr(self, name), dtype=np.float64)
+            if arr.shape != (3,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise ConfigError(f"QuadrotorConfig.{name}: needs 3 finite values >= 0")
+        if not (np.isfinite(self.motor_bandwidth) and self.motor_bandwidth >= 0):
+            raise ConfigError("QuadrotorConfig.motor_bandwidth: must be finite and >= 0")
+        for name in ("integral_limit", "max_accel", "max_tilt", "max_rate", "hover_time", "land_speed"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"QuadrotorConfig.{name}: must be > 0")
+        if not self.max_tilt < np.pi / 2:
+            raise ConfigError("QuadrotorConfig.max_tilt: must be below pi/2")
+
+
+@dataclass(frozen=True)
+class ThrustCurve:
+    """Thrust as a function of the normalised motor command u in [0, 1]: ``max (a u^2 + (1 - a) u)``."""
+
+    thrust_max: float
+    """Thrust at u = 1 [N]."""
+    quadratic: float = 1.0
+    """Share a of the quadratic term (1: thrust ∝ u^2, as for a propeller at speed ∝ u)."""
+
+    def thrust(self, u: np.ndarray) -> np.ndarray:
+        """Thrust [N] of commands ``u``."""
+        u = np.clip(u, 0.0, 1.0)
+        return self.thrust_max * (self.quadratic * u * u + (1 - self.quadratic) * u)
+
+    def command(self, thrust: np.ndarray) -> np.ndarray:
+        """Command in [0, 1] producing ``thrust`` (inverse of :meth:`thrust`)."""
+        f = np.clip(np.asarray(thrust, dtype=np.float64) / self.thrust_max, 0.0, 1.0)
+        a = self.quadratic
+        if a == 0:
+            return f
+        b = 1 - a
+        return (-b + np.sqrt(b * b + 4 * a * f)) / (2 * a)
+
+
+class MotorModel:
+    """First-order motor lag ``tau dT/dt = T_cmd - T`` (exact discretisation), for simulators."""
+
+    def __init__(self, time_constant: float, dt: float, n: int = 4) -> None:
+        self.alpha = 1.0 if time_constant <= 0 else 1.0 - float(np.exp(-dt / time_constant))
+        self.thrust = np.zeros(n)
+
+    def reset(self, thrust: np.ndarray) -> None:
+        """Set the spun-up thrusts (e.g. to hover at the start of an episode)."""
+        self.thrust = np.asarray(thrust, dtype=np.float64).copy()
+
+    def step(self, command: np.ndarray) -> np.ndarray:
+        """Advance one physics step towards ``command``; returns the produced thrusts."""
+        self.thrust += self.alpha * (command - self.thrust)
+        return self.thrust.copy()
+
+
+class QuadrotorController(Controller):
+    """Cascaded position/attitude/rate controller; ``compute`` returns per-rotor thrusts [N] (4 values).
+
+    The simulator maps them to its actuators (thrust + yaw-torque motors) through a motor model;
+    a real vehicle maps them to ESC commands with :class:`ThrustCurve`.
+    """
+
+    def __init__(self, config: QuadrotorConfig, params: QuadrotorParams) -> None:
+        self.config = config
+        self.params = params
+        self.inertia = np.asarray(params.inertia, dtype=np.float64)
+        self.mixer_inv = np.linalg.inv(params.mixer())
+        self._target: FlightTarget | None = None
+        self._integral = np.zeros(3)
+        self._last_stamp: float | None = None
+        self._hold_since: float | None = None
+        self._hold_z = 0.0
+        self._motor_est = np.full(4, params.mass * params.gravity / 4)
+        self.landed = False
+        """True once the fail-safe landing has switched the motors off."""
+
+    @property
+    def n_commands(self) -> int:
+        """One thrust per rotor."""
+        return 4
+
+    def reset(self, state: RobotState) -> None:
+        """Hover where the vehicle is, heading kept; forget the integral and any landing."""
+        self._target = FlightTarget(self._pos(state), self._yaw(state))
+        self._integral = np.zeros(3)
+        self._last_stamp = None
+        self._hold_since = None
+        self.landed = False
+        self._motor_est = np.full(4, self.params.mass * self.params.gravity / 4)
+
+    def hold(self, state: RobotState) -> None:
+        """Fail-safe: hover here for ``hover_time``, then descend at ``land_speed`` and stop the motors."""
+        self.reset(state)
+        self._hold_since = float(state.stamp)
+        self._hold_z = float(self._pos(state)[2])
+
+    def current_target(self) -> FlightTarget | None:
+        """The setpoint being tracked."""
+        return self._target
+
+    def set_target(self, target: object, stamp: float) -> None:
+        """Accept a :class:`FlightTarget`; ends a fail-safe hover/landing that has not yet landed."""
+        if not isinstance(target, FlightTarget):
+            raise TargetRejected(f"QuadrotorController: expected a FlightTarget, got {type(target).__name__}")
+        self._target = target
+        self._hold_since = None
+
+    @staticmethod
+    def _pos(state: RobotState) -> np.ndarray:
+        if state.base_pos is None or state.base_quat is None or state.base_linvel is None \
+                or state.base_angvel is None:
+            raise ValueError("QuadrotorController: RobotState needs base_pos, base_quat, base_linvel, base_angvel")
+        return state.base_pos.copy()
+
+    @staticmethod
+    def _yaw(state: RobotState) -> float:
+        r = quat_to_mat(state.base_quat) if state.base_quat is not None else np.eye(3)
+        return float(np.arctan2(r[1, 0], r[0, 0]))
+
+    def compute(self, state: RobotState, stamp: float) -> np.ndarray:
+        """Per-rotor thrusts [N] for this tick."""
+        if self._target is None:
+            self.reset(state)
+        cfg, prm = self.config, self.params
+        pos = self._pos(state)
+        assert state.base_quat is not None and state.base_linvel is not None and state.base_angvel is not None
+        target = self._target
+        assert target is not None
+        if self._hold_since is not None:
+            descent = max(0.0, stamp - self._hold_since - cfg.hover_time) * cfg.land_speed
+            z = max(self._hold_z - descent, 0.0)
+            if descent > 0 and (pos[2] <= cfg.land_height or self.landed):
+                self.landed = True
+                self._motor_est[:] = 0.0
+                return np.zeros(4)
+            target = FlightTarget(np.array([target.position[0], target.position[1], z]), target.yaw,
+                                  np.array([0.0, 0.0, -cfg.land_speed if descent > 0 and z > 0 else 0.0]))
+        dt = 0.0 if self._last_stamp is None else max(0.0, stamp - self._last_stamp)
+        self._last_stamp = stamp
+        err = target.position - pos
+        vel_ref = np.zeros(3) if target.velocity is None else target.velocity
+        self._integral = np.clip(self._integral + np.asarray(cfg.pos_ki) * err * dt,
+                                 -cfg.integral_limit, cfg.integral_limit)
+        acc = np.asarray(cfg.pos_kp) * err + np.asarray(cfg.pos_kd) * (vel_ref - state.base_linvel) + self._integral
+        if target.acceleration is not None:
+            acc = acc + target.acceleration
+        horiz = np.linalg.norm(acc[:2])
+        if horiz > cfg.max_accel:
+            acc[:2] *= cfg.max_accel / horiz
+        force = prm.mass * (acc + np.array([0.0, 0.0, prm.gravity]))
+        force[2] = max(force[2], 0.1 * prm.mass * prm.gravity)
+        # Limit the tilt of the thrust vector, keeping its vertical part.
+        max_h = force[2] * np.tan(cfg.max_tilt)
+        fh = np.linalg.norm(force[:2])
+        if fh > max_h:
+            force[:2] *= max_h / fh
+        rot = quat_to_mat(state.base_quat)
+        thrust = float(force @ rot[:, 2])
+        b3 = force / np.linalg.norm(force)
+        heading = np.array([np.cos(target.yaw), np.sin(target.yaw), 0.0])
+        b2 = np.cross(b3, heading)
+        b2 /= np.linalg.norm(b2)
+        rot_des = np.column_stack([np.cross(b2, b3), b2, b3])
+        e_mat = rot_des.T @ rot - rot.T @ rot_des
+        e_rot = 0.5 * np.array([e_mat[2, 1], e_mat[0, 2], e_mat[1, 0]])
+        rate_cmd = np.clip(-np.asarray(cfg.att_kp) * e_rot, -cfg.max_rate, cfg.max_rate)
+        omega = state.base_angvel
+        torque = self.inertia * (np.asarray(cfg.rate_kp) * (rate_cmd - omega)) + np.cross(omega, self.inertia * omega)
+        return self._lead(self.mix(thrust, torque), dt)
+
+    def _lead(self, desired: np.ndarray, dt: float) -> np.ndarray:
+        """Rotor commands that make lagging motors reach ``desired`` at ``motor_bandwidth``."""
+        tau, bw = self.params.motor_time_constant, self.config.motor_bandwidth
+        if tau <= 0 or bw <= 0:
+            return desired
+        cmd = np.clip(self._motor_est + tau * bw * (desired - self._motor_est), 0.0, self.params.thrust_max)
+        if dt > 0:
+            self._motor_est += (1.0 - np.exp(-dt / tau)) * (cmd - self._motor_est)
+        return cmd
+
+    def mix(self, thrust: float, torque: np.ndarray) -> np.ndarray:
+        """Per-rotor thrusts for a collective thrust and body torques; yaw is given up first when saturated."""
+        tmax = self.params.thrust_max
+        rotors = self.mixer_inv @ np.array([thrust, *torque])
+        if np.any(rotors < 0) or np.any(rotors > tmax):
+            rotors = self.mixer_inv @ np.array([thrust, torque[0], torque[1], 0.0])
+        return np.clip(rotors, 0.0, tmax)
