@@ -79,7 +79,7 @@ def test_info_roundtrip_survives_reopen(tmp_path: Path) -> None:
 
 DIES_IN_COMMIT = """
 import os, sys
-import robot_rl.data.store as store_module
+import robot_rl.data.writer as store_module
 from robot_rl.data import DatasetInfo, EpisodeStore
 from robot_rl.data.synthetic import synthetic_episode
 store = EpisodeStore.create(sys.argv[1], DatasetInfo(robot="panda", fps=10.0, task="a"))

@@ -169,7 +169,7 @@ def test_one_writer_at_a_time(tmp_path: Path) -> None:
 
 def test_write_error_on_the_writer_thread_surfaces_and_loses_nothing_committed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import robot_rl.data.store as store_module
+    import robot_rl.data.writer as store_module
 
     store = EpisodeStore.create(tmp_path / "d.zarr", INFO)
     store.add_episode(synthetic_episode(0, 40, size=32))

@@ -6,6 +6,7 @@ Nothing here imports rclpy; bags are read with the pure-Python ``rosbags`` libra
 from __future__ import annotations
 
 from robot_rl.data.schema import DatasetError, DatasetInfo, StepSchema
-from robot_rl.data.store import EpisodeInfo, EpisodeStore, EpisodeWriter
+from robot_rl.data.store import EpisodeInfo, EpisodeStore
+from robot_rl.data.writer import EpisodeWriter
 
 __all__ = ["DatasetError", "DatasetInfo", "EpisodeInfo", "EpisodeStore", "EpisodeWriter", "StepSchema"]

@@ -18,10 +18,8 @@ moment leaves each array either before or after a write, never half-written.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -30,7 +28,6 @@ from typing import IO, Any
 import numpy as np
 
 from robot_rl.core.config import config_to_dict, load_config
-from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.data import zarr_compat as zc
 from robot_rl.data.schema import (
@@ -42,6 +39,7 @@ from robot_rl.data.schema import (
     DatasetInfo,
     StepSchema,
 )
+from robot_rl.data.writer import EpisodeWriter
 
 LOWDIM_CHUNK = 256
 LOCK_NAME = ".writer.lock"
@@ -338,158 +336,6 @@ class EpisodeStore:
                 _truncate(self._get(group, name), rows)
 
 
-class EpisodeWriter:
-    """Appends the steps of one episode; :meth:`commit` makes it visible, :meth:`discard` erases it.
-
-    Used as a context manager it commits on normal exit and discards when an exception escapes.
-    """
-
-    def __init__(self, store: EpisodeStore, task: str, episode_id: int, flush_frames: int,
-                 background: bool = True) -> None:
-        if flush_frames < 1:
-            raise ValueError(f"flush_frames: must be >= 1, got {flush_frames}")
-        self.store, self.task, self.episode_id = store, task, episode_id
-        self.index = store.num_episodes
-        self._flush_frames = flush_frames
-        self._start = store.num_frames
-        self._written = 0
-        self._buffer: dict[str, list[np.ndarray]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-writer") if background else None
-        self._pending: Future[None] | None = None
-        self._last: Transition | None = None
-        self.done = False
-
-    @property
-    def num_steps(self) -> int:
-        """Steps added so far."""
-        return self._written + len(next(iter(self._buffer.values()), []))
-
-    def add(self, t: Transition) -> None:
-        """Append one step; raises SpecError naming the episode and field on bad input (nothing is written)."""
-        self._check_open()
-        where = f"episode {self.index}"
-        if not isinstance(t, Transition):
-            raise SpecError(f"{where}: expected a Transition, got {type(t).__name__}")
-        if self.store.schema is None:
-            self.store._init_schema(StepSchema.from_observation(t.observation, t.action))
-        schema = self.store.schema
-        assert schema is not None
-        step = self.num_steps
-        if t.step != step:
-            raise SpecError(f"{where}, field step: expected {step}, got {t.step}")
-        if t.episode_id != self.episode_id:
-            raise SpecError(f"{where}, field episode_id: expected {self.episode_id}, got {t.episode_id}")
-        with _prefixed(f"{where}, step {step}, field "):
-            _check_obs(schema, t.observation, "observation.")
-            _check_obs(schema, t.next_observation, "next_observation.")
-            for name in ("action", "policy_action", "base_action"):
-                value = getattr(t, name)
-                if value is not None and value.shape != (schema.action_dim,):
-                    raise SpecError(f"{name}: expected shape ({schema.action_dim},), got {value.shape}")
-        if self._last is not None:
-            for k, v in t.observation.items():
-                if not np.array_equal(v, self._last.next_observation[k]):
-                    raise SpecError(f"{where}, step {step}, field observation.{k}: differs from the previous step's "
-                                    "next_observation (steps of an episode must be consecutive)")
-        nan_action = np.full(schema.action_dim, np.nan, dtype=np.float32)
-        row: dict[str, Any] = {f"observation.{k}": v for k, v in t.observation.items()}
-        row.update(action=t.action, policy_action=t.policy_action if t.policy_action is not None else nan_action,
-                   base_action=t.base_action if t.base_action is not None else nan_action,
-                   reward=t.reward, terminated=t.terminated, truncated=t.truncated,
-                   is_intervention=t.is_intervention, segment_source=SEGMENT_SOURCES.index(t.segment_source.value),
-                   segment_id=t.segment_id, policy_version=t.policy_version, obs_stamp=t.obs_stamp,
-                   next_obs_stamp=t.next_obs_stamp)
-        for name, value in row.items():
-            self._buffer.setdefault(name, []).append(np.asarray(value))
-        self._last = t
-        if len(self._buffer["action"]) >= self._flush_frames:
-            self._flush()
-
-    def commit(self, success: bool | None = None) -> int:
-        """Make the episode part of the store (atomically); returns its index."""
-        self._check_open()
-        if self._last is None:
-            raise DatasetError(f"episode {self.index}: cannot commit an empty episode")
-        self._flush(wait=True)
-        store = self.store
-        schema = store.schema
-        assert schema is not None
-        if self.task not in store.tasks:
-            store.tasks.append(self.task)
-            store._root.attrs["tasks"] = store.tasks
-        for k in schema.observation:
-            _append(store._get("meta", f"final_observation.{k}"), self.index,
-                    np.asarray(self._last.next_observation[k])[None])
-        values = {"episode_id": self.episode_id, "task_index": store.tasks.index(self.task),
-                  "success": -1 if success is None else int(bool(success))}
-        for name, value in values.items():
-            _append(store._get("meta", name), self.index, np.asarray([value], dtype=EPISODE_COLUMNS[name]))
-        end = self._start + self._written
-        _append(store._get("meta", "episode_ends"), self.index, np.asarray([end], dtype=np.int64))  # the commit point
-        store._ends = np.append(store._ends, end)
-        self._finish()
-        return self.index
-
-    def discard(self) -> None:
-        """Drop every step of this episode from disk (re-record, e-stop, operator abort)."""
-        if self.done:
-            return
-        self._buffer.clear()
-        with contextlib.suppress(Exception):  # a failed write in flight changes nothing: all is erased
-            self._wait()
-        self.store._drop_uncommitted()
-        self._finish()
-
-    def __enter__(self) -> EpisodeWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if exc_type is not None:
-            self.discard()
-        elif not self.done:
-            self.commit()
-
-    def _check_open(self) -> None:
-        if self.done:
-            raise DatasetError(f"episode {self.index}: already committed or discarded")
-
-    def _finish(self) -> None:
-        self.done = True
-        self.store._writer = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-
-    def _flush(self, wait: bool = False) -> None:
-        """Hand the buffered steps to the writer thread (at most one batch in flight), or write them now."""
-        self._wait()
-        if not self._buffer or not self._buffer["action"]:
-            return
-        row = self._start + self._written
-        batch, self._buffer = self._buffer, {}
-        self._written += len(batch["action"])
-        if self._pool is None or wait:
-            self._write(row, batch)
-        else:
-            self._pending = self._pool.submit(self._write, row, batch)
-
-    def _write(self, row: int, batch: dict[str, list[np.ndarray]]) -> None:
-        for name, values in batch.items():
-            _append(self.store._get("data", name), row, np.stack(values))
-
-    def _wait(self) -> None:
-        """Block until the batch in flight is on disk; re-raises its error."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
-
-
-def _append(arr: Any, row: int, values: np.ndarray) -> None:
-    """Write ``values`` at ``row`` (growing the array); earlier rows are left as they are."""
-    arr.resize((row + len(values), *arr.shape[1:]))
-    arr[row: row + len(values)] = values
-
-
 def _truncate(arr: Any, rows: int) -> None:
     """Shrink to ``rows``: later chunks are deleted and the shared tail chunk is zeroed past ``rows``."""
     if arr.shape[0] <= rows:
@@ -499,24 +345,6 @@ def _truncate(arr: Any, rows: int) -> None:
     if tail_end > rows:
         arr[rows:tail_end] = np.zeros((tail_end - rows, *arr.shape[1:]), dtype=arr.dtype)
     arr.resize((rows, *arr.shape[1:]))
-
-
-def _check_obs(schema: StepSchema, obs: Any, prefix: str) -> None:
-    if set(obs) != set(schema.observation):
-        raise SpecError(f"{prefix.rstrip('.')}: keys {sorted(obs)} differ from the store's "
-                        f"{sorted(schema.observation)}")
-    for k, spec in schema.observation.items():
-        v = obs[k]
-        if v.shape != spec.shape or v.dtype != spec.np_dtype:
-            raise SpecError(f"{prefix}{k}: expected {spec.shape}/{spec.dtype}, got {v.shape}/{v.dtype.name}")
-
-
-@contextlib.contextmanager
-def _prefixed(prefix: str) -> Iterator[None]:
-    try:
-        yield
-    except SpecError as exc:
-        raise SpecError(prefix + str(exc)) from None
 
 
 def _none_if_nan(value: np.ndarray) -> np.ndarray | None:
