@@ -107,7 +107,7 @@ class MujocoBackend(SimBackend):
                 return mujoco.mjtWarning(w).name
         return "unknown"
 
-    def apply_body_force(self, body: str, force: Sequence[float]) -> None:
+    def apply_body_force(self, body: str, force: Sequence[float] | np.ndarray) -> None:
         """Set an external world-frame force [N] on a body's CoM until changed (pushes)."""
         self.data.xfrc_applied[self.model.body(body).id, :3] = force
 

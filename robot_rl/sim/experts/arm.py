@@ -153,10 +153,14 @@ def expert_for(env: gym.Env[Any, Any]) -> Any:
     from robot_rl.sim.envs.arm_pick_lift import ArmPickLiftEnv
     from robot_rl.sim.envs.arm_push import ArmPushEnv
     from robot_rl.sim.envs.arm_reach import ArmReachEnv
+    from robot_rl.sim.envs.humanoid_base import HumanoidEnv
     from robot_rl.sim.envs.quad_base import QuadEnv
+    from robot_rl.sim.experts.humanoid import BalanceExpert
     from robot_rl.sim.experts.quad import HoverExpert
 
     base = env.unwrapped
+    if isinstance(base, HumanoidEnv):
+        return BalanceExpert()
     if isinstance(base, QuadEnv):
         if base.mode.value != "thrust_body_rates":
             raise TypeError("the hover expert emits thrust_body_rates actions; make the env with that control_mode")
