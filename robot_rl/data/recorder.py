@@ -77,22 +77,24 @@ def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_st
     fps = float(store.info.fps)
     bar = tqdm(total=episodes, desc="record", unit="episode", disable=not progress)
     retakes = 0
-    while len(report.episodes) < episodes:
-        ep_seed = seed + len(report.episodes) + report.rerecorded
-        length, success, rerecord = _record_one(env, expert, store, ep_seed, max_steps, task, fps)
-        if rerecord and retakes < max_retakes:
-            report.rerecorded += 1
-            retakes += 1
-            continue
-        retakes = 0
-        report.episodes.append(store.num_episodes - 1)
-        report.lengths.append(length)
-        report.successes.append(success)
-        bar.update(1)
-        bar.set_postfix(success=report.success_rate)
-        if getattr(expert, "stop_requested", False):
-            break
-    bar.close()
+    try:
+        while len(report.episodes) < episodes:
+            ep_seed = seed + len(report.episodes) + report.rerecorded
+            length, success, rerecord = _record_one(env, expert, store, ep_seed, max_steps, task, fps)
+            if rerecord and retakes < max_retakes:
+                report.rerecorded += 1
+                retakes += 1
+                continue
+            retakes = 0
+            report.episodes.append(store.num_episodes - 1)
+            report.lengths.append(length)
+            report.successes.append(success)
+            bar.update(1)
+            bar.set_postfix(success=report.success_rate)
+            if getattr(expert, "stop_requested", False):
+                break
+    finally:
+        bar.close()
     report.seconds = time.perf_counter() - start
     return report
 

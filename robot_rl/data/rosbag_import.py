@@ -106,16 +106,29 @@ def import_bag(bag: str | Path, dest: str | Path | EpisodeStore, mapping: BagMap
     if "action" not in values:
         values["action"] = [np.zeros(1, np.float32)] * len(grid)
     info = DatasetInfo(robot=mapping.robot, fps=mapping.fps, task=mapping.task, source=f"rosbag2:{bag}")
+    owned = not isinstance(dest, EpisodeStore)
     store = dest if isinstance(dest, EpisodeStore) else (
         EpisodeStore.open(dest, "a") if Path(dest).exists() else EpisodeStore.create(dest, info))
-    for start, stop in _runs(valid):
-        steps = stop - start - 1  # the last grid time only provides the final next_observation
-        if steps < mapping.min_steps:
-            report.dropped_samples += stop - start
-            continue
-        writer = store.begin_episode(task=mapping.task)
-        obs = [{k[len("observation."):]: values[k][i] for k in features if k.startswith("observation.")}
-               for i in range(start, stop)]
+    try:
+        for start, stop in _runs(valid):
+            steps = stop - start - 1  # the last grid time only provides the final next_observation
+            if steps < mapping.min_steps:
+                report.dropped_samples += stop - start
+                continue
+            _write_run(store, mapping, grid, values, start, steps)
+            report.episodes.append(steps)
+    finally:
+        if owned:
+            store.close()
+    return report
+
+
+def _write_run(store: EpisodeStore, mapping: BagMapping, grid: np.ndarray, values: dict[str, list], start: int,
+               steps: int) -> None:
+    """One episode from grid times [start, start + steps]; discarded again if any step is rejected."""
+    keys = [k for k in values if k.startswith("observation.")]
+    obs = [{k[len("observation."):]: values[k][i] for k in keys} for i in range(start, start + steps + 1)]
+    with store.begin_episode(task=mapping.task) as writer:
         for j in range(steps):
             i = start + j
             reward = float(np.asarray(values["reward"][i]).reshape(-1)[0]) if "reward" in values else 0.0
@@ -125,9 +138,6 @@ def import_bag(bag: str | Path, dest: str | Path | EpisodeStore, mapping: BagMap
                 segment_source=SegmentSource(mapping.source), obs_stamp=float(grid[i]),
                 next_obs_stamp=float(grid[i + 1]),
             ))
-        writer.commit()
-        report.episodes.append(steps)
-    return report
 
 
 def read_series(bag: str | Path, mapping: BagMapping, progress: bool = False) -> dict[str, tuple[np.ndarray, list]]:

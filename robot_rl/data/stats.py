@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from robot_rl.data.schema import DatasetError
+
 if TYPE_CHECKING:
     from robot_rl.data.store import EpisodeStore
 
@@ -220,7 +222,7 @@ def store_stats(store: EpisodeStore, columns: Sequence[str] | None = None, batch
 
     schema = store.schema
     if schema is None or store.num_frames == 0:
-        raise ValueError(f"{store.path}: no data to compute statistics of")
+        raise DatasetError(f"{store.path}: no data to compute statistics of")
     if columns is None:
         columns = [f"observation.{k}" for k in schema.observation] + ["action", "policy_action", "base_action",
                                                                      "reward"]
@@ -230,7 +232,10 @@ def store_stats(store: EpisodeStore, columns: Sequence[str] | None = None, batch
     for start in tqdm(range(0, store.num_frames, batch_frames), desc="stats", unit="batch", disable=not progress):
         stop = min(start + batch_frames, store.num_frames)
         for c in columns:
-            values = np.asarray(store.array(c)[start:stop])
+            try:
+                values = np.asarray(store.array(c)[start:stop])
+            except Exception as exc:
+                raise DatasetError(f"field {c}: rows {start}..{stop - 1} cannot be read ({exc})") from exc
             if c not in images:
                 values = values.reshape(len(values), -1)
                 values = values[~np.isnan(values.astype(np.float64)).any(axis=1)]
