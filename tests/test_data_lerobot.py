@@ -15,6 +15,7 @@ from robot_rl.data import DatasetError, DatasetInfo, EpisodeStore
 from robot_rl.data.lerobot_export import export_lerobot
 from robot_rl.data.lerobot_import import import_lerobot
 from robot_rl.data.synthetic import synthetic_episode
+from robot_rl.data.video import read_video
 
 LENGTHS = (30, 21, 12)
 
@@ -25,6 +26,11 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     store = EpisodeStore.create(root / "src.zarr", DatasetInfo(robot="panda", fps=10.0, task="pick",
                                                                 controller={"type": "osc"}))
     for i, n in enumerate(LENGTHS):
+        if i == 1:  # a take thrown away before episode 1 must not leak into the videos (LeRobot #4109)
+            writer = store.begin_episode()
+            for t in synthetic_episode(1, 40, cameras=2, size=96, seed=5):
+                writer.add(t)
+            writer.discard()
         store.add_episode(synthetic_episode(i, n, cameras=2, size=96), task="pick" if i != 1 else "place")
     store.close()
     export_lerobot(EpisodeStore.open(root / "src.zarr"), root / "lr", progress=False)
@@ -47,7 +53,8 @@ def test_layout_and_feature_names(exported: tuple[Path, Path]) -> None:
         assert name in feats, name
     assert feats["observation.state"]["names"][:2] == ["joint_pos.0", "joint_pos.1"]
     assert feats["observation.images.cam0"]["dtype"] == "video"
-    assert (lr / "videos/observation.images.cam1/chunk-000/file-000.mp4").is_file()
+    for cam in ("cam0", "cam1"):  # exactly the committed frames, nothing from the discarded take
+        assert len(read_video(lr / f"videos/observation.images.{cam}/chunk-000/file-000.mp4", 10.0)) == sum(LENGTHS)
     data = pq.read_table(lr / "data/chunk-000/file-000.parquet")
     assert data.num_rows == sum(LENGTHS)
     assert data.column("index").to_pylist() == list(range(sum(LENGTHS)))
