@@ -1,5 +1,49 @@
-"""Low-level control laws (pure numpy + MuJoCo model quantities, no rclpy) and the safety layer."""
+"""Low-level control laws (pure numpy + MuJoCo model quantities, no rclpy) and the safety layer.
 
+Every controller implements :class:`Controller` (``reset`` / ``set_target`` / ``compute`` at each
+physics or control tick) and is built per robot from ``controllers/<robot>.yaml`` by
+:func:`build_controller`.
+"""
+
+from robot_rl.control.arm_model import MujocoArmModel
 from robot_rl.control.base import Controller, RobotState, TargetRejected
+from robot_rl.control.cartesian import CartesianConfig, CartesianImpedanceController
+from robot_rl.control.config import ControlConfig, build_controller, load_control_config
+from robot_rl.control.joint_pd import JointPDConfig, JointPDController
+from robot_rl.control.quadrotor import (
+    MotorModel,
+    QuadrotorConfig,
+    QuadrotorController,
+    QuadrotorParams,
+    ThrustCurve,
+)
+from robot_rl.control.safety import SafetyConfig, SafetyLayer, SafetyMode, SafetyStatus
+from robot_rl.control.targets import FlightTarget, JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
 
-__all__ = ["Controller", "RobotState", "TargetRejected"]
+__all__ = [
+    "CartesianConfig",
+    "CartesianImpedanceController",
+    "ControlConfig",
+    "Controller",
+    "FlightTarget",
+    "JointPDConfig",
+    "JointPDController",
+    "JointTarget",
+    "MotorModel",
+    "MujocoArmModel",
+    "PoseTarget",
+    "QuadrotorConfig",
+    "QuadrotorController",
+    "QuadrotorParams",
+    "RobotState",
+    "SafetyConfig",
+    "SafetyLayer",
+    "SafetyMode",
+    "SafetyStatus",
+    "StiffnessTarget",
+    "TargetRejected",
+    "ThrustCurve",
+    "WrenchTarget",
+    "build_controller",
+    "load_control_config",
+]
