@@ -1,7 +1,9 @@
 """The main job on embedded defaults: check the installation, then run each stage that exists.
 
-Stages grow with the project (simulation rollouts, demonstrations, policy training, online fine-tuning
-with a simulated human); each prints what it did and how long it took.
+Now: installation check -> scripted-expert demonstrations on the simulated Panda pick-and-lift task,
+recorded into a crash-safe episode store -> a read-only validation of that store, plots and a LeRobot
+v3 export. Stages still to come (policy training, online fine-tuning with a simulated human) are
+appended here as they land; each stage prints what it did and how long it took.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``robot-rl demo``."""
     parser.add_argument("--out", default="outputs/demo", help="folder for results (plots, checkpoints)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for every stage")
+    parser.add_argument("--episodes", type=int, default=20, help="scripted demonstrations to record")
 
 
 def _stage_environment(args: argparse.Namespace) -> str:
@@ -29,8 +32,45 @@ def _stage_environment(args: argparse.Namespace) -> str:
     return f"{sum(c.ok for c in checks)}/{len(checks)} checks ok"
 
 
+def _cli(*argv: str) -> None:
+    from robot_rl.cli.main import main
+
+    code = main(list(argv))
+    if code:
+        raise RuntimeError(f"robot-rl {' '.join(argv)} exited with {code}")
+
+
+def _stage_demonstrations(args: argparse.Namespace) -> str:
+    import shutil
+    from pathlib import Path
+
+    store = Path(args.out) / "demos.zarr"
+    if store.exists():
+        shutil.rmtree(store)
+    _cli("data", "record", "--env", "robot_rl/ArmPickLift-v0", "--episodes", str(args.episodes),
+         "--seed", str(args.seed), "--task", "pick up the cube and lift it", "--out", str(store))
+    from robot_rl.data.store import EpisodeStore
+
+    with EpisodeStore.open(store) as demos:
+        outcomes = [demos.episode_info(i).success for i in range(demos.num_episodes)]
+        frames = demos.num_frames
+    return f"{len(outcomes)} episodes, {frames} steps, expert success {sum(bool(o) for o in outcomes)}/{len(outcomes)}"
+
+
+def _stage_dataset(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    out = Path(args.out)
+    _cli("data", "validate", str(out / "demos.zarr"))
+    _cli("data", "plot", str(out / "demos.zarr"), "--out", str(out / "plots"), "--episodes", "0,1")
+    _cli("data", "export", str(out / "demos.zarr"), "--out", str(out / "lerobot"), "--overwrite")
+    return f"valid; plots in {out / 'plots'}; LeRobot v3 export in {out / 'lerobot'}"
+
+
 STAGES: list[tuple[str, Callable[[argparse.Namespace], str]]] = [
     ("environment", _stage_environment),
+    ("demonstrations", _stage_demonstrations),
+    ("dataset", _stage_dataset),
 ]
 
 
@@ -43,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         result = stage(args)
         rows.append((name, result, time.perf_counter() - t0))
         print(f"   {result}")
-    print("\nstage            result                                   time")
+    print(f"\n{'stage':<16} {'result':<64} time")
     for name, result, dt in rows:
-        print(f"{name:<16} {result:<40} {dt:6.1f} s")
+        print(f"{name:<16} {result:<64} {dt:5.1f} s")
     return 0
