@@ -152,14 +152,14 @@ import sys, numpy as np
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 feats = {
     "observation.state": {"dtype": "float32", "shape": (3,), "names": ["a", "b", "c"]},
-    "observation.images.top": {"dtype": "video", "shape": (64, 64, 3), "names": ["height", "width", "channels"]},
+    "observation.images.top": {"dtype": sys.argv[2], "shape": (64, 64, 3), "names": ["height", "width", "channels"]},
     "action": {"dtype": "float32", "shape": (2,), "names": ["x", "y"]},
     "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
     "next.done": {"dtype": "bool", "shape": (1,), "names": None},
     "complementary_info.is_intervention": {"dtype": "bool", "shape": (1,), "names": None},
 }
 ds = LeRobotDataset.create("local/theirs", fps=15, features=feats, root=sys.argv[1], robot_type="so101",
-                           use_videos=True)
+                           use_videos=sys.argv[2] == "video")
 for e in range(2):
     for i in range(6 + e):
         ds.add_frame({"observation.state": np.full(3, 10 * e + i, np.float32),
@@ -174,9 +174,10 @@ ds.finalize()
 
 @pytest.mark.skipif(not os.environ.get("ROBOT_RL_LEROBOT_PYTHON"),
                     reason="set ROBOT_RL_LEROBOT_PYTHON to a Python with lerobot>=0.4 to write its datasets")
-def test_import_dataset_written_by_lerobot(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dtype", ["video", "image"])
+def test_import_dataset_written_by_lerobot(tmp_path: Path, dtype: str) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    proc = subprocess.run([os.environ["ROBOT_RL_LEROBOT_PYTHON"], "-c", WRITER, str(tmp_path / "theirs")],
+    proc = subprocess.run([os.environ["ROBOT_RL_LEROBOT_PYTHON"], "-c", WRITER, str(tmp_path / "theirs"), dtype],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     store = import_lerobot(tmp_path / "theirs", tmp_path / "ours.zarr", progress=False)
@@ -187,7 +188,8 @@ def test_import_dataset_written_by_lerobot(tmp_path: Path) -> None:
     for i, s in enumerate(steps):
         np.testing.assert_array_equal(s.observation["state"], np.full(3, 10 + i, np.float32))
         np.testing.assert_array_equal(s.action, [i, -i])
-        assert abs(int(s.observation["top"][10, 10, 0]) - 30 * i) <= 4  # lossy video, right frame
+        tolerance = 4 if dtype == "video" else 0  # lossy video / lossless PNG inside the parquet
+        assert abs(int(s.observation["top"][10, 10, 0]) - 30 * i) <= tolerance
         assert s.is_intervention == (i == 2) and s.obs_stamp == pytest.approx(i / 15, abs=1e-6)
     assert steps[-1].terminated and steps[-1].reward == 1.0
 

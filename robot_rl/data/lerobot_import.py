@@ -30,8 +30,8 @@ from robot_rl.data.video import read_video
 _BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
 
 
-def import_lerobot(src: str | Path, dest: str | Path, default_source: str = "human", progress: bool = True,
-                   image_loader: Callable[[Path], np.ndarray] | None = None) -> EpisodeStore:
+def import_lerobot(src: str | Path, dest: str | Path, default_source: str = "human",
+                   progress: bool = True) -> EpisodeStore:
     """Read the LeRobot v3.0 dataset at ``src`` into a new episode store at ``dest`` (returned open)."""
     src = Path(src)
     info = _read_json(src / "meta" / "info.json")
@@ -72,7 +72,7 @@ def import_lerobot(src: str | Path, dest: str | Path, default_source: str = "hum
         frames = {k: v[mask] for k, v in cols.items()}
         order = np.argsort(frames["frame_index"])
         frames = {k: v[order] for k, v in frames.items()}
-        images = {c: _episode_images(src, info, row, c, n, fps, features[IMAGE_PREFIX + c], image_loader)
+        images = {c: _episode_images(src, info, row, c, n, fps, features[IMAGE_PREFIX + c], frames)
                   for c in cameras}
         task = str(row["tasks"][0]) if row.get("tasks") else (tasks[int(frames["task_index"][0])] if tasks else "")
         store.add_episode(_transitions(frames, images, splitter, features, store.num_episodes, fps, default_source),
@@ -165,26 +165,29 @@ def _state_splitter(feature: Mapping[str, Any] | None,
 
 
 def _episode_images(src: Path, info: Mapping[str, Any], row: Mapping[str, Any], cam: str, n: int, fps: float,
-                    feature: Mapping[str, Any], image_loader: Callable[[Path], np.ndarray] | None) -> np.ndarray:
+                    feature: Mapping[str, Any], frames: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Decode one camera of an episode: from its mp4 (dtype video) or the PNGs inside the parquet (image)."""
     key = IMAGE_PREFIX + cam
+    where = f"episode {row['episode_index']}, field {key}"
     if feature["dtype"] == "video":
         path = src / info["video_path"].format(video_key=key, chunk_index=row[f"videos/{key}/chunk_index"],
                                                file_index=row[f"videos/{key}/file_index"])
         try:
             return read_video(path, fps, start_s=float(row[f"videos/{key}/from_timestamp"]), count=n)
         except (ValueError, OSError) as exc:
-            raise DatasetError(f"episode {row['episode_index']}, field {key}: {exc}") from exc
-    folder = src / "images" / key / f"episode-{int(row['episode_index']):06d}"
-    if image_loader is None:
-        import cv2
+            raise DatasetError(f"{where}: {exc}") from exc
+    import cv2
 
-        def image_loader(p: Path) -> np.ndarray:
-            img = cv2.imread(str(p), cv2.IMREAD_COLOR)
-            if img is None:
-                raise DatasetError(f"field {key}: cannot read image {p}")
-            return np.ascontiguousarray(img[:, :, ::-1])
-
-    return np.stack([image_loader(folder / f"frame-{i:06d}.png") for i in range(n)])
+    out = []
+    for i, cell in enumerate(frames.get(key, [])):
+        data = cell.get("bytes") if isinstance(cell, dict) else None
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
+        if img is None:
+            raise DatasetError(f"{where}: frame {i} holds no decodable image")
+        out.append(np.ascontiguousarray(img[:, :, ::-1]))
+    if len(out) != n:
+        raise DatasetError(f"{where}: {len(out)} images for {n} frames")
+    return np.stack(out)
 
 
 def _read_columns(path: Path) -> dict[str, np.ndarray]:
