@@ -129,3 +129,26 @@ def test_reward_terms_sum_to_reward() -> None:
     sparse.reset(seed=0)
     _, reward, _, _, _ = sparse.step(np.zeros(7, np.float32))
     assert reward == 0.0
+
+
+def test_pick_lift_with_cartesian_impedance_controller() -> None:
+    """The same expert solves pick-and-lift through robot_rl.control's Cartesian impedance controller."""
+    env = gym.make("robot_rl/ArmPickLift-v0", controller="cartesian_impedance")
+    expert = expert_for(env)
+    wins = 0
+    for ep in range(8):
+        obs, _ = env.reset(seed=500 + ep)
+        expert.reset()
+        for _ in range(80):
+            obs, _, _, truncated, info = env.step(expert.act(obs))
+            if info["is_success"] or truncated:
+                break
+        wins += info["is_success"]
+    assert wins >= 7
+
+
+def test_unknown_controller_rejected() -> None:
+    with pytest.raises(Exception, match="controller"):
+        gym.make("robot_rl/ArmReach-v0", controller="magic")
+    with pytest.raises(SpecError, match="cartesian_delta"):
+        gym.make("robot_rl/ArmReach-v0", controller="cartesian_impedance", control_mode="joint_position")

@@ -77,6 +77,10 @@ class SimConfig:
     """Policy steps before the episode is truncated (reason ``time_limit``)."""
     control_mode: str = ""
     """Action control mode (a robot_rl.core.ControlMode value); empty picks the task's default."""
+    controller: str = ""
+    """Low-level controller; empty picks the task default. Arms: ``joint_pd`` (differential IK at policy
+    rate + robot_rl.control JointPDController with gravity/Coriolis compensation, the default) or
+    ``cartesian_impedance`` (robot_rl.control CartesianImpedanceController, cartesian_delta only)."""
     cameras: tuple[str, ...] = ()
     """Cameras rendered into the observation as uint8 HxWx3 images; empty disables rendering."""
     image_size: tuple[int, int] = (96, 96)

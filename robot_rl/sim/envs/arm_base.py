@@ -8,8 +8,11 @@ Actions (``control_mode``):
   rotations applied as roll-pitch-yaw increments), plus ``gripper`` in [-1, 1] (-1 closed, +1 open).
 * ``joint_position``: ``joint_pos`` absolute joint targets (inside the joint limits) plus ``gripper``.
 
-Cartesian targets are turned into joint targets by differential IK at policy rate; a joint PD with
-gravity/Coriolis compensation (``qfrc_bias``) tracks them at every physics step.
+With ``controller="joint_pd"`` (default) Cartesian targets become joint targets by differential IK at
+policy rate and :class:`robot_rl.control.joint_pd.JointPDController` (gravity/Coriolis compensated
+through a :class:`~robot_rl.control.arm_model.MujocoArmModel` that reads the simulator's data) tracks
+them at every physics step; with ``controller="cartesian_impedance"`` the pose target goes to
+:class:`robot_rl.control.cartesian.CartesianImpedanceController` directly.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
+from robot_rl.control.arm_model import MujocoArmModel
+from robot_rl.control.base import Controller, RobotState
+from robot_rl.control.cartesian import CartesianConfig, CartesianImpedanceController
+from robot_rl.control.joint_pd import JointPDConfig, JointPDController
+from robot_rl.control.rotations import mat_to_quat
+from robot_rl.control.targets import JointTarget, PoseTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices
 from robot_rl.sim import scenes
@@ -33,10 +42,11 @@ MAX_ANG_SPEED = 1.5
 WORKSPACE_LOW = np.array([0.25, -0.4, 0.005])
 WORKSPACE_HIGH = np.array([0.8, 0.4, 0.6])
 """Box the tcp target is clipped into [m] (robot base frame = world)."""
-KP = np.array([600.0, 600.0, 600.0, 600.0, 250.0, 150.0, 50.0])
-"""Joint PD stiffness [Nm/rad] of the temporary in-loop tracker."""
-KD = np.array([50.0, 50.0, 50.0, 40.0, 15.0, 12.0, 5.0])
+KP = (600.0, 600.0, 600.0, 600.0, 250.0, 150.0, 50.0)
+"""Joint PD stiffness [Nm/rad] of the in-loop joint tracker."""
+KD = (50.0, 50.0, 50.0, 40.0, 15.0, 12.0, 5.0)
 """Joint PD damping [Nm s/rad]."""
+CONTROLLERS = ("joint_pd", "cartesian_impedance")
 
 
 def yaw_of(rot: np.ndarray) -> float:
@@ -80,6 +90,19 @@ class ArmEnv(RobotEnv):
         lim = panda.EMBODIMENT.limits
         self.q_low, self.q_high = np.array(lim.position_lower), np.array(lim.position_upper)
         self.ik = DiffIK(m, panda.EE_SITE, self.q_idx, self.dq_idx, self.q_low, self.q_high, panda.HOME_Q)
+        self.controller_name = self.config.controller or "joint_pd"
+        if self.controller_name not in CONTROLLERS:
+            raise SpecError(f"controller: arm tasks accept {CONTROLLERS}, got {self.controller_name!r}")
+        if self.controller_name == "cartesian_impedance" and self.mode != ControlMode.CARTESIAN_DELTA:
+            raise SpecError("controller: cartesian_impedance needs control_mode cartesian_delta")
+        arm_model = MujocoArmModel(m, panda.JOINT_NAMES, panda.EE_SITE, data=self.data)
+        self.controller: Controller
+        if self.controller_name == "joint_pd":
+            self.controller = JointPDController(
+                JointPDConfig(kp=KP, kd=KD, gravity_compensation=True, coriolis_compensation=True),
+                panda.EMBODIMENT, arm_model)
+        else:
+            self.controller = CartesianImpedanceController(CartesianConfig(), panda.EMBODIMENT, arm_model)
         if self.WITH_OBJECT:
             j = m.joint(scenes.OBJECT_JOINT).id
             self.obj_qpos = slice(int(m.jnt_qposadr[j]), int(m.jnt_qposadr[j]) + 7)
@@ -89,6 +112,7 @@ class ArmEnv(RobotEnv):
         self.gripper_ctrl = panda.GRIPPER_CTRL_OPEN
         self.tcp_target_pos = np.zeros(3)
         self.tcp_target_rot = np.eye(3)
+        self._ctrl_out = np.zeros(8)
 
     def _controlled_actuators(self) -> np.ndarray:
         return np.r_[self.arm_act, self.grip_act]
@@ -141,13 +165,21 @@ class ArmEnv(RobotEnv):
         self.tcp_target_pos, self.tcp_target_rot = self.tcp_pose()
         self.gripper_ctrl = panda.GRIPPER_CTRL_OPEN
         self.data.mocap_pos[self.goal_mocap] = self.goal
+        self.controller.reset(self.robot_state())
+
+    def robot_state(self) -> RobotState:
+        """Measured arm state in the controller's terms."""
+        d = self.data
+        return RobotState(d.qpos[self.q_idx], d.qvel[self.dq_idx], float(d.time))
 
     # ---- control --------------------------------------------------------------------------------
     def _apply_action(self, action: dict[str, np.ndarray]) -> None:
         g = float(action["gripper"][0])
         self.gripper_ctrl = (g + 1.0) / 2.0 * panda.GRIPPER_CTRL_OPEN
+        t = float(self.data.time)
         if self.mode == ControlMode.JOINT_POSITION:
             self.q_target = np.clip(action["joint_pos"].astype(np.float64), self.q_low, self.q_high)
+            self.controller.set_target(JointTarget(self.q_target), t)
             return
         d = action["delta_pose"].astype(np.float64)
         tcp, _ = self.tcp_pose()
@@ -155,13 +187,18 @@ class ArmEnv(RobotEnv):
         step_ang = MAX_ANG_SPEED / self.config.policy_hz
         self.tcp_target_pos = np.clip(tcp + d[:3] * step_lin, WORKSPACE_LOW, WORKSPACE_HIGH)
         self.tcp_target_rot = rpy_matrix(*(d[3:] * step_ang)) @ self.tcp_target_rot
+        if self.controller_name == "cartesian_impedance":
+            self.controller.set_target(PoseTarget(self.tcp_target_pos, mat_to_quat(self.tcp_target_rot)), t)
+            return
         self.q_target = self.ik.solve(self.q_target, self.tcp_target_pos, self.tcp_target_rot)
+        self.controller.set_target(JointTarget(self.q_target), t)
 
     def _control(self) -> np.ndarray:
-        d = self.data
-        q, dq = d.qpos[self.q_idx], d.qvel[self.dq_idx]
-        tau = KP * (self.q_target - q) - KD * dq + d.qfrc_bias[self.dq_idx]
-        return np.r_[tau, self.gripper_ctrl]
+        tau = self.controller.compute(self.robot_state(), float(self.data.time))
+        out = self._ctrl_out
+        out[:7] = tau
+        out[7] = self.gripper_ctrl
+        return out
 
     # ---- observation ----------------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:
