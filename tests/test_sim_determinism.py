@@ -1,0 +1,151 @@
+"""Seeds, domain randomisation, real-world stand-ins, latency/motor lag, configs and cameras."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import robot_rl.sim  # noqa: F401
+from robot_rl.core.config import ConfigError
+from robot_rl.sim.config import Randomization, SimConfig
+from robot_rl.sim.experts import expert_for
+
+DR = {"mass_scale": (0.8, 1.2), "friction_scale": (0.7, 1.3), "damping_scale": (0.5, 2.0),
+      "actuator_gain_scale": (0.9, 1.1), "latency_s": (0.0, 0.006), "motor_time_constant_s": (0.0, 0.01),
+      "action_noise_std": 0.002, "observation_noise_std": 0.001}
+
+
+def _rollout(env_id: str, seed: int, steps: int, **kwargs: object) -> tuple[np.ndarray, np.ndarray]:
+    env = gym.make(env_id, **kwargs)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    states, rewards = [], []
+    for _ in range(steps):
+        action = rng.uniform(env.action_space.low, env.action_space.high).astype(np.float32)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        states.append(np.concatenate([v.ravel() for v in obs.values()]))
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    env.close()
+    return np.array(states), np.array(rewards)
+
+
+@pytest.mark.parametrize("env_id", ["robot_rl/ArmPickLift-v0", "robot_rl/HumanoidStand-v0", "robot_rl/QuadHover-v0"])
+def test_fixed_seed_identical_rollouts_with_randomization(env_id: str) -> None:
+    a = _rollout(env_id, 7, 8, randomization=DR)
+    b = _rollout(env_id, 7, 8, randomization=DR)
+    c = _rollout(env_id, 8, 8, randomization=DR)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert a[0].shape != c[0].shape or not np.array_equal(a[0], c[0])
+
+
+def test_randomization_changes_model_and_resets_from_nominal() -> None:
+    env = gym.make("robot_rl/ArmPickLift-v0", randomization=DR)
+    base = env.unwrapped
+    nominal = base.randomizer.body_mass.copy()
+    scales = set()
+    for seed in range(4):
+        _, info = env.reset(seed=seed)
+        scale = info["dynamics"]["mass_scale"]
+        scales.add(round(scale, 6))
+        np.testing.assert_allclose(base.model.body_mass, nominal * scale)  # never compounds
+        assert 0.8 <= scale <= 1.2
+    assert len(scales) == 4
+    assert base.pipeline.delay_steps in (0, 1, 2, 3)
+
+
+def test_stand_in_is_hidden_and_different() -> None:
+    """Same seed and policy: the stand-in flies differently and the observation does not reveal why."""
+    errors = {}
+    for variant in ("robot_rl/QuadHover-v0", "robot_rl/QuadHover-RealStandIn-v0"):
+        env = gym.make(variant, max_episode_steps=100)
+        expert = expert_for(env)
+        obs, _ = env.reset(seed=3)
+        assert set(obs) == {"position", "quat", "linvel", "angvel", "goal_pos", "goal_vel"}
+        for _ in range(100):
+            obs, *_ = env.step(expert.act(obs))
+        errors[variant] = float(np.linalg.norm(obs["position"] - obs["goal_pos"]))
+    # nominal hover is mm-accurate; the heavier, weaker stand-in sags by centimetres (the sim-to-real gap)
+    assert errors["robot_rl/QuadHover-v0"] < 0.01
+    assert errors["robot_rl/QuadHover-RealStandIn-v0"] > 0.03
+
+
+def test_every_robot_has_a_stand_in() -> None:
+    for env_id in ("robot_rl/ArmPickLift-RealStandIn-v0", "robot_rl/HumanoidStand-RealStandIn-v0"):
+        env = gym.make(env_id)
+        _, info = env.reset(seed=0)
+        assert info["dynamics"]["mass_scale"] != 1.0
+        assert env.unwrapped.pipeline.delay_steps > 0
+
+
+def test_latency_delays_the_response() -> None:
+    """Zero thrust under a 20 ms (one policy step) delay: the first step still flies on the old command."""
+    def vz_change(latency: float) -> float:
+        env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands",
+                       randomization={"latency_s": (latency, latency)})
+        obs, _ = env.reset(seed=0)
+        base = env.unwrapped
+        base.data.qvel[:] = 0
+        base.data.qpos[3:7] = [1, 0, 0, 0]
+        obs, *_ = env.step(np.zeros(4, np.float32))
+        return float(obs["linvel"][2])
+    assert vz_change(0.0) == pytest.approx(-9.81 * 0.02, rel=0.05)
+    assert abs(vz_change(0.02)) < 0.02
+
+
+def test_motor_lag_slows_the_response() -> None:
+    def vz_after(tau: float) -> float:
+        env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands",
+                       randomization={"motor_time_constant_s": (tau, tau)})
+        env.reset(seed=0)
+        base = env.unwrapped
+        base.data.qvel[:] = 0
+        base.data.qpos[3:7] = [1, 0, 0, 0]
+        obs, *_ = env.step(np.ones(4, np.float32))
+        return float(obs["linvel"][2])
+    fast, slow = vz_after(0.0), vz_after(0.05)
+    assert fast > 0.15 and 0 < slow < 0.6 * fast
+
+
+def test_config_from_yaml_and_bad_values(tmp_path: Path) -> None:
+    path = tmp_path / "sim.yaml"
+    path.write_text("policy_hz: 20\nmax_episode_steps: 7\nrandomization:\n  mass_scale: [0.9, 1.1]\n")
+    env = gym.make("robot_rl/ArmReach-v0", config=str(path))
+    cfg: SimConfig = env.unwrapped.config
+    assert cfg.policy_hz == 20 and cfg.substeps == 25 and cfg.randomization.mass_scale == (0.9, 1.1)
+    env.reset(seed=0)
+    truncations = []
+    for _ in range(7):
+        *_, truncated, info = env.step(np.zeros(7, np.float32))
+        truncations.append(truncated)
+    assert truncations == [False] * 6 + [True] and info["truncation_reason"] == "time_limit"
+    with pytest.raises(ConfigError, match="physics_hz"):
+        SimConfig(physics_hz=100)
+    with pytest.raises(ConfigError, match="integer"):
+        SimConfig(physics_hz=500, policy_hz=30)
+    with pytest.raises(ConfigError, match="mass_scale"):
+        Randomization(mass_scale=(1.2, 0.8))
+    with pytest.raises(ConfigError, match="mass_scle"):
+        gym.make("robot_rl/ArmReach-v0", randomization={"mass_scle": (1, 1)})
+
+
+def test_camera_observation_and_render() -> None:
+    env = gym.make("robot_rl/ArmPickLift-v0", cameras=("front", "wrist"), image_size=(48, 64), render_mode="rgb_array")
+    obs, _ = env.reset(seed=0)
+    for key in ("image_front", "image_wrist"):
+        assert obs[key].shape == (48, 64, 3) and obs[key].dtype == np.uint8
+        assert obs[key].std() > 5  # a real picture, not a blank frame
+        assert env.observation_space[key].contains(obs[key])
+    before = obs["image_front"].copy()
+    for _ in range(5):
+        obs, *_ = env.step(np.r_[0, 0, -1, 0, 0, 0, 1].astype(np.float32))
+    assert np.abs(obs["image_front"].astype(int) - before).mean() > 0.1  # the arm moved in the picture
+    frame = env.render()
+    assert frame is not None and frame.shape == (240, 320, 3)
+    with pytest.raises(Exception, match="camera"):
+        gym.make("robot_rl/ArmReach-v0", cameras=("nope",))
