@@ -213,3 +213,21 @@ def test_zarr2_python_reads_and_appends_our_store(tmp_path: Path) -> None:
     assert store.num_episodes == 2
     for a, b in zip(synthetic_episode(1, 12, cameras=2, size=32), store.transitions(1)):
         assert_same(a, b)
+
+
+def test_validate_finds_missing_chunk_files_and_changes_nothing(tmp_path: Path) -> None:
+    from robot_rl.data.validate import validate_store
+
+    path = tmp_path / "d.zarr"
+    with EpisodeStore.create(path, INFO) as store:
+        for i in range(3):
+            store.add_episode(synthetic_episode(i, 10, size=16, interventions=False))
+    assert validate_store(path).ok  # all-False / all-zero columns are on disk too
+    (path / "data" / "observation.cam0" / "14.0.0.0").unlink()  # as after an interrupted copy
+    (path / "data" / "is_intervention" / "0").unlink()
+    before = tree_digest(path)
+    report = validate_store(path)
+    assert not report.ok
+    assert "episode 1, field data/observation.cam0: chunk file 14 (rows 14...14) is missing" in report.issues
+    assert "episode 0, field data/is_intervention: chunk file 0 (rows 0...29) is missing" in report.issues
+    assert tree_digest(path) == before

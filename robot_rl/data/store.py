@@ -322,7 +322,7 @@ class EpisodeStore:
         key = f"{group}/{name}"
         if key not in self._arrays:
             try:
-                self._arrays[key] = self._root[group][name]
+                self._arrays[key] = zc.get_array(self._root[group], name)
             except KeyError:
                 raise DatasetError(f"{self.path}: field {key} is missing") from None
         return self._arrays[key]

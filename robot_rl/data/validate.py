@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from robot_rl.data.schema import SEGMENT_SOURCES, DatasetError
+from robot_rl.data import zarr_compat as zc
+from robot_rl.data.schema import EPISODE_COLUMNS, SEGMENT_SOURCES, DatasetError
 from robot_rl.data.store import EpisodeStore
 
 
@@ -50,12 +51,32 @@ def validate_store(path: str | Path, progress: bool = False) -> ValidationReport
     if store.uncommitted_frames:
         report.warnings.append(f"episode {store.num_episodes}: incomplete, {store.uncommitted_frames} uncommitted "
                                "frame(s) (a crashed or aborted recording); dropped at the next append")
+    report.issues += _missing_chunks(store)
     for index in tqdm(range(store.num_episodes), desc="validate", unit="episode", disable=not progress):
         try:
             report.issues += _check_episode(store, index)
         except DatasetError as exc:
             report.issues.append(str(exc))
     return report
+
+
+def _missing_chunks(store: EpisodeStore) -> list[str]:
+    """Chunk files absent from disk (zarr would silently read them as zeros); every chunk is always written."""
+    issues = []
+    schema = store.schema
+    columns = [("data", c, store.num_frames) for c in (schema.columns() if schema else {})]
+    finals = [f"final_observation.{k}" for k in (schema.observation if schema else {})]
+    columns += [("meta", c, store.num_episodes) for c in ("episode_ends", *EPISODE_COLUMNS, *finals)]
+    for group, name, rows in columns:
+        arr = store._get(group, name)
+        step = arr.chunks[0]
+        for chunk in range(-(-rows // step)):
+            if not zc.chunk_file(store.path / group / name, chunk, arr.ndim).is_file():
+                first = chunk * step
+                owner = f"episode {store._episode_at_row(first)}" if group == "data" else f"episode {first}"
+                issues.append(f"{owner}, field {group}/{name}: chunk file {chunk} (rows {first}..."
+                              f"{min(first + step, rows) - 1}) is missing")
+    return issues
 
 
 def _check_episode(store: EpisodeStore, index: int) -> list[str]:

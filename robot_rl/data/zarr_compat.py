@@ -37,13 +37,30 @@ def lowdim_compressor() -> Any:
 
 def create_array(group: Any, name: str, shape: tuple[int, ...], chunks: tuple[int, ...], dtype: np.dtype,
                  compressor: Any) -> Any:
-    """A new array in ``group`` (zarr 3 ``create_array`` / zarr 2 ``create_dataset``)."""
+    """A new array in ``group`` (zarr 3 ``create_array`` / zarr 2 ``create_dataset``).
+
+    Every chunk is written, even one equal to the fill value, so a chunk file that is missing on
+    disk always means damage (an incomplete copy), never "all zeros" (see :func:`get_array`).
+    """
     fill = np.zeros((), dtype=dtype).item()
     if ZARR_MAJOR >= 3:
         return group.create_array(name, shape=shape, chunks=chunks, dtype=dtype, compressor=compressor,
-                                  fill_value=fill)
+                                  fill_value=fill, config={"write_empty_chunks": True})
     return group.create_dataset(name, shape=shape, chunks=chunks, dtype=dtype, compressor=compressor,
-                                fill_value=fill)
+                                fill_value=fill, write_empty_chunks=True)
+
+
+def get_array(group: Any, name: str) -> Any:
+    """Open an existing array so that it, too, writes chunks equal to the fill value (zarr 3 skips them)."""
+    if ZARR_MAJOR >= 3:
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            return group[name]
+    return group[name]  # zarr 2 writes empty chunks by default
+
+
+def chunk_file(array_dir: Path, chunk_index: int, ndim: int) -> Path:
+    """Path of the chunk holding rows ``chunk_index * chunks[0] ...`` (format 2, "." separator)."""
+    return array_dir / ".".join([str(chunk_index)] + ["0"] * (ndim - 1))
 
 
 def array_names(group: Any) -> list[str]:
