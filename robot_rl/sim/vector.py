@@ -1,0 +1,60 @@
+"""Many environments at once: Gymnasium's vector API, and MuJoCo's threaded open-loop rollouts.
+
+* :func:`make_vector_env`: ``gym.make_vec`` over a ``robot_rl/`` id, synchronous (one process; best
+  on 2 cores for light envs) or asynchronous (one process per env; pays off when steps are heavy).
+  The closed-loop controllers run in Python at every physics step, so this is where vectorised
+  *environments* are parallelised.
+* :func:`batch_rollout`: ``mujoco.rollout`` over many initial states and/or many perturbed models
+  with OPEN-LOOP controls in C threads, e.g. replaying logged actuator commands through a batch of
+  candidate dynamics for sim-to-real alignment. It cannot host the Python controllers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from mujoco import rollout as mj_rollout
+
+import robot_rl.sim  # noqa: F401  (registers the ids)
+
+
+def make_vector_env(env_id: str, num_envs: int, asynchronous: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``env_id`` (keyword arguments go to every env, e.g. ``randomization=``).
+
+    Seeding ``reset(seed=s)`` gives env ``i`` the seed ``s + i``, so a vector run is reproducible.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    mode = "async" if asynchronous else "sync"
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+
+
+def full_state(model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
+    """The complete physics state (``mjSTATE_FULLPHYSICS``) as ``batch_rollout`` takes and returns it."""
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    state = np.empty(mujoco.mj_stateSize(model, spec))
+    mujoco.mj_getState(model, data, state, spec)
+    return state
+
+
+def batch_rollout(models: mujoco.MjModel | Sequence[mujoco.MjModel], initial_states: np.ndarray,
+                  controls: np.ndarray, nthread: int = 2) -> np.ndarray:
+    """Open-loop rollouts in C threads: (nbatch, nstep, nstate) states.
+
+    Args:
+        models: One model, or one per batch element (same sizes, other parameters: randomised dynamics).
+        initial_states: (nbatch or 1, nstate) full-physics states (see :func:`full_state`).
+        controls: (nbatch or 1, nstep, nu) ctrl values applied at each step.
+        nthread: Worker threads (one MjData each).
+    """
+    model_list = [models] if isinstance(models, mujoco.MjModel) else list(models)
+    if not np.all(np.isfinite(controls)) or not np.all(np.isfinite(initial_states)):
+        raise ValueError("batch_rollout: controls and initial states must be finite")
+    datas = [mujoco.MjData(model_list[0]) for _ in range(max(1, nthread))]
+    state, _ = mj_rollout.rollout(model_list if len(model_list) > 1 else model_list[0], datas,
+                                  np.atleast_2d(initial_states), np.asarray(controls, dtype=np.float64))
+    return np.asarray(state)
