@@ -231,3 +231,19 @@ def test_validate_finds_missing_chunk_files_and_changes_nothing(tmp_path: Path) 
     assert "episode 1, field data/observation.cam0: chunk file 14 (rows 14...14) is missing" in report.issues
     assert "episode 0, field data/is_intervention: chunk file 0 (rows 0...29) is missing" in report.issues
     assert tree_digest(path) == before
+
+
+def test_store_created_from_robot_specs_checks_the_first_step(tmp_path: Path) -> None:
+    from robot_rl.core.spaces import ActionSpec, FieldSpec, ObservationSpec
+    from robot_rl.data import StepSchema
+
+    obs_spec = ObservationSpec({"joint_pos": FieldSpec((7,)), "gripper": FieldSpec((1,)),
+                                "cam0": FieldSpec((32, 32, 3), "uint8")})
+    schema = StepSchema.from_specs(obs_spec, ActionSpec({"delta": FieldSpec((6,)), "grip": FieldSpec((2,))}))
+    store = EpisodeStore.create(tmp_path / "d.zarr", INFO, schema=schema)
+    assert store.array("observation.cam0").shape == (0, 32, 32, 3)  # arrays exist before the first step
+    wrong = synthetic_episode(0, 3, size=16)
+    with pytest.raises(SpecError, match=r"episode 0, step 0, field observation\.cam0: expected \(32, 32, 3\)"):
+        store.add_episode(wrong)
+    store.add_episode(synthetic_episode(0, 3, size=32))
+    assert store.num_frames == 3 and store.array("action").shape[0] == 3

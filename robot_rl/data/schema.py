@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.core.spaces import FieldSpec, SpecError
+from robot_rl.core.spaces import ActionSpec, FieldSpec, ObservationSpec, SpecError
 from robot_rl.core.transition import SegmentSource
 
 FORMAT_NAME = "robot_rl.episodes"
@@ -132,6 +132,12 @@ class StepSchema:
             return cls(observation=obs, action_dim=int(data["action_dim"]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DatasetError(f"schema: malformed schema in store attributes ({exc!r})") from exc
+
+    @classmethod
+    def from_specs(cls, observation: ObservationSpec, action: ActionSpec) -> StepSchema:
+        """The schema of a robot's specs; create a store with it so no array is created mid-recording."""
+        fields = {k: FieldSpec(shape=f.shape, dtype=f.dtype) for k, f in observation.items()}
+        return cls(observation=fields, action_dim=action.dim)
 
     @classmethod
     def from_observation(cls, observation: Mapping[str, np.ndarray], action: np.ndarray) -> StepSchema:
