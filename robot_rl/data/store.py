@@ -13,7 +13,9 @@ per-episode rows and finally one more row of ``meta/episode_ends``. Rows past ``
 an uncommitted (incomplete) episode: readers ignore them, ``validate`` reports them, and opening for
 append truncates them (chunks deleted, the shared tail chunk zeroed), so a killed writer or a discarded
 take leaves no frames behind. Every file write is atomic (temporary file + rename), so a SIGKILL at any
-moment leaves each array either before or after a write, never half-written.
+moment leaves each array either before or after a write, never half-written. Image chunks hold one
+frame each, so appending never touches an earlier episode's images; the one low-dim chunk (256 rows)
+shared with the previous episode's tail is replaced atomically, its earlier rows unchanged.
 """
 
 from __future__ import annotations
