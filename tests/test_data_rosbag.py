@@ -136,3 +136,20 @@ def test_bad_mappings_and_bags_are_named(tmp_path: Path) -> None:
     (tmp_path / "notabag").mkdir()
     with pytest.raises(DatasetError, match="cannot open as a rosbag2"):
         import_bag(tmp_path / "notabag", tmp_path / "w.zarr", mapping, progress=False)
+
+
+def test_cli_import_bag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from robot_rl.cli.main import main
+
+    bag = tmp_path / "demo"
+    write_bag(bag, "mcap")
+    (tmp_path / "map.yaml").write_text(MAPPING)
+    args = ["data", "import", "bag", str(bag), "--out", str(tmp_path / "d.zarr"), "--no-progress"]
+    assert main([*args, "--mapping", str(tmp_path / "map.yaml")]) == 0
+    assert "imported 1 episode(s)" in capsys.readouterr().out
+    assert EpisodeStore.open(tmp_path / "d.zarr").num_episodes == 1
+    assert main([*args, "--mapping", str(tmp_path / "map.yaml")]) == 0  # a second bag appends
+    assert EpisodeStore.open(tmp_path / "d.zarr").num_episodes == 2
+    (tmp_path / "bad.yaml").write_text(MAPPING.replace("tolerance_s", "tolerence_s"))
+    assert main([*args, "--mapping", str(tmp_path / "bad.yaml")]) == 1
+    assert "unknown key(s) ['tolerence_s']" in capsys.readouterr().err
