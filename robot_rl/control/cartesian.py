@@ -35,6 +35,8 @@ class CartesianConfig:
     """Task stiffness kx, ky, kz [N/m], krx, kry, krz [Nm/rad] (CRISP defaults)."""
     damping_ratio: float = 1.0
     """ζ in ``d = 2 ζ sqrt(k)``: critical for unit mass (impedance) or exactly critical (operational space)."""
+    damping: tuple[float, float, float, float, float, float] | None = None
+    """Explicit task damping [N s/m, Nm s/rad] replacing ``2 ζ sqrt(k)`` (None: derived from stiffness)."""
     max_stiffness: tuple[float, float] = (900.0, 60.0)
     """Clamp for variable stiffness targets: translational [N/m], rotational [Nm/rad] (CRISP's)."""
     error_clip: tuple[float, float] = (0.1, 0.5)
@@ -49,6 +51,8 @@ class CartesianConfig:
     """Posture stiffness per joint [Nm/rad] (one value = all joints) towards the reference posture."""
     nullspace_damping_ratio: float = 1.0
     """ζ of the posture loop, ``d = 2 ζ sqrt(k)``; must be >= 0."""
+    nullspace_damping: tuple[float, ...] | None = None
+    """Explicit posture damping per joint [Nm s/rad] replacing ``2 ζ sqrt(k)`` (None: derived)."""
     nullspace_max_torque: float = 5.0
     """Clip of the projected posture torque per joint [Nm]."""
     pinv_regularization: float = 1e-6
@@ -70,8 +74,11 @@ class CartesianConfig:
 
     def __post_init__(self) -> None:
         values = {"stiffness": self.stiffness, "max_stiffness": self.max_stiffness, "error_clip": self.error_clip,
-                  "nullspace_stiffness": self.nullspace_stiffness, "stop_damping": self.stop_damping}
+                  "nullspace_stiffness": self.nullspace_stiffness, "stop_damping": self.stop_damping,
+                  "damping": self.damping, "nullspace_damping": self.nullspace_damping}
         for name, val in values.items():
+            if val is None:
+                continue
             arr = np.asarray(val, dtype=np.float64)
             if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr < 0):
                 raise ConfigError(f"CartesianConfig.{name}: needs finite values >= 0, got {val}")
@@ -106,7 +113,9 @@ class CartesianImpedanceController(Controller):
         self.lower = np.asarray(embodiment.limits.position_lower)
         self.upper = np.asarray(embodiment.limits.position_upper)
         self.k_ns = per_joint("CartesianConfig.nullspace_stiffness", config.nullspace_stiffness, n)
-        self.d_ns = 2.0 * config.nullspace_damping_ratio * np.sqrt(self.k_ns)
+        self.d_ns = (2.0 * config.nullspace_damping_ratio * np.sqrt(self.k_ns) if config.nullspace_damping is None
+                     else per_joint("CartesianConfig.nullspace_damping", config.nullspace_damping, n))
+        self._damping = None if config.damping is None else np.asarray(config.damping, dtype=np.float64)
         self.stop_kd = per_joint("CartesianConfig.stop_damping", config.stop_damping, n)
         self.clip = np.repeat(np.asarray(config.error_clip, dtype=np.float64), 3)
         self.max_k = np.repeat(np.asarray(config.max_stiffness, dtype=np.float64), 3)
@@ -200,7 +209,7 @@ class CartesianImpedanceController(Controller):
         self.last_error = e
         jac = m.jacobian()
         k = self.stiffness
-        d = 2.0 * cfg.damping_ratio * np.sqrt(k)
+        d = 2.0 * cfg.damping_ratio * np.sqrt(k) if self._damping is None else self._damping
         force = k * e - d * (jac @ state.dq)
         need_dynamics = cfg.operational_space or cfg.nullspace_projector == "dynamic"
         if need_dynamics:
@@ -219,6 +228,7 @@ class CartesianImpedanceController(Controller):
             tau0 = tau0 - jac.T @ jbar_t_tau
         tau += np.clip(tau0, -cfg.nullspace_max_torque, cfg.nullspace_max_torque)
         tau += self._joint_limit_torque(state.q)
+        np.clip(tau, -self.effort, self.effort, out=tau)  # no wind-up of the rate limiter beyond the motors
         if cfg.max_delta_tau is not None and self._tau_prev is not None:
             tau = np.clip(tau, self._tau_prev - cfg.max_delta_tau, self._tau_prev + cfg.max_delta_tau)
         self._tau_prev = tau

@@ -130,6 +130,7 @@ class JointPDController(Controller):
         tau = kp * (t.q - state.q) + kd * (dq_ref - state.dq)
         if t.tau_ff is not None:
             tau = tau + t.tau_ff
+        tau = np.clip(tau, -self.effort, self.effort)  # no wind-up of the rate limiter beyond what motors give
         if self.config.max_delta_tau is not None and self._tau_prev is not None:
             step = self.config.max_delta_tau
             tau = np.clip(tau, self._tau_prev - step, self._tau_prev + step)
