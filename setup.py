@@ -40,6 +40,7 @@ CONSOLE_SCRIPTS = [
     "camera_node = robot_rl.ros.camera_node:main",
     "teleop_node = robot_rl.ros.teleop_node:main",
     "safety_node = robot_rl.ros.safety_node:main",
+    "sim_node = robot_rl.ros.sim_node:main",
 ]
 
 setup(

@@ -139,3 +139,31 @@ def test_share_dir_holds_the_installed_folders() -> None:
     for folder in ("launch", "config", "controllers", "sim"):
         assert (share / folder).is_dir()
     assert (share / "config" / "fastdds_shm.xml").is_file()
+
+
+LAUNCH_DIR = package_share_dir() / "launch"
+YAML_FILES = sorted(LAUNCH_DIR.glob("*.launch.yaml"))
+
+
+def test_launch_folder_has_graphs() -> None:
+    assert {p.name for p in YAML_FILES} >= {"sim_arm_teleop.launch.yaml", "humanoid_sim.launch.yaml",
+                                            "quadrotor_sim.launch.yaml"}
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: p.name)
+def test_every_launch_file_resolves_with_its_defaults(path: Path) -> None:
+    desc = load_launch_file(path)
+    assert desc.processes
+    for spec in desc.processes:
+        assert "--ros-args" in spec.cmd  # every process is a ROS node of a known executable
+        for i, arg in enumerate(spec.cmd):
+            if arg == "--params-file":
+                assert Path(spec.cmd[i + 1]).is_file()
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: p.name)
+def test_every_yaml_graph_has_a_python_twin_that_includes_it(path: Path) -> None:
+    twin = path.with_name(path.name.replace(".launch.yaml", ".launch.py"))
+    source = twin.read_text()
+    compile(source, str(twin), "exec")
+    assert f'"{path.name}"' in source and "generate_launch_description" in source

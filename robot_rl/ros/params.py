@@ -15,10 +15,13 @@ from typing import Any, TypeVar
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 
 from robot_rl.core.config import field_docs, load_config
 
 T = TypeVar("T")
+_ARRAY_TYPES = {str: Parameter.Type.STRING_ARRAY, float: Parameter.Type.DOUBLE_ARRAY, int: Parameter.Type.INTEGER_ARRAY,
+                bool: Parameter.Type.BOOL_ARRAY}
 
 
 def _ros_default(value: Any) -> Any:
@@ -53,7 +56,14 @@ def _declare(node: Node, cls: type, prefix: str) -> dict[str, Any]:
         optional = default is None
         ros_default = "" if optional else _ros_default(default)
         descriptor = ParameterDescriptor(description=docs.get(f.name, ""), dynamic_typing=True)
-        value = node.declare_parameter(name, ros_default, descriptor).value
+        value: Any
+        if isinstance(ros_default, list) and not ros_default:  # rclpy cannot type an empty list
+            param_type = _ARRAY_TYPES.get(typing.get_args(hints[f.name])[0], Parameter.Type.STRING_ARRAY)
+            typed = ParameterDescriptor(description=descriptor.description)
+            value = node.declare_parameter(name, param_type, typed).value
+            value = default if value is None else value
+        else:
+            value = node.declare_parameter(name, ros_default, descriptor).value
         if optional and value == "":
             value = None
         elif isinstance(value, list) and typing.get_origin(hints[f.name]) is tuple:

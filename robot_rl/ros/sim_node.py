@@ -1,0 +1,237 @@
+"""Sim node: a MuJoCo robot under its compliant controller, speaking the same topics as real hardware.
+
+Runs :class:`robot_rl.sim.live.LiveSim` paced to wall time (``real_time_factor``) and publishes
+``/clock`` (for ``use_sim_time``), ``joint_states``, ``current_pose`` (arms), camera streams
+``<camera>/image_raw`` and the controller's mode on ``controller/mode`` and ``/diagnostics``.
+Every message is stamped with simulated time.
+
+Targets, CRISP-compatible: ``target_pose`` (PoseStamped), ``target_joint`` (JointState, by name),
+``target_wrench`` (WrenchStamped), ``target_stiffness`` (Float64MultiArray), plus ``target_gripper``
+(Float64, 0 closed .. 1 open). The human side: ``teleop/target_pose``, ``teleop/gripper`` and the
+latched ``intervention`` flag (the safety layer lets only human targets through while it is true).
+``safety/estop`` (latched Bool) engages and clears the e-stop; ``~/reset`` (Trigger) resets the scene.
+A malformed or out-of-limit target is refused with a logged reason and the robot keeps holding.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering; must precede the first mujoco import
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped, WrenchStamped
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Bool, Float64, Float64MultiArray, String
+from std_srvs.srv import Trigger
+
+from robot_rl.control.base import TargetRejected
+from robot_rl.control.targets import FlightTarget
+from robot_rl.ros.conversions import image_to_msg, joint_state_to_msg, ns_to_stamp, pose_to_msg
+from robot_rl.ros.node_main import run_node
+from robot_rl.ros.params import declare_config
+from robot_rl.ros.target_conversions import (
+    joint_target_from_msg,
+    pose_target_from_msg,
+    stiffness_target_from_msg,
+    wrench_target_from_msg,
+)
+from robot_rl.sim.live import LiveSim, LiveSimConfig
+
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+@dataclass(frozen=True)
+class SimNodeConfig(LiveSimConfig):
+    """Sim node parameters: the simulation plus how it is published."""
+
+    real_time_factor: float = 1.0
+    """Simulated seconds per wall-clock second."""
+    tick_hz: float = 100.0
+    """How often the node advances the physics and publishes state."""
+    cameras: tuple[str, ...] = ()
+    """Scene cameras to render and publish (e.g. ["front"]); rendering costs ~10-50 ms per frame on CPU."""
+    camera_width: int = 96
+    """Rendered image width [px]."""
+    camera_height: int = 96
+    """Rendered image height [px]."""
+    camera_hz: float = 10.0
+    """Camera publish rate [Hz]."""
+    base_frame: str = "base"
+    """Frame of current_pose and of accepted targets."""
+    publish_clock: bool = True
+    """Publish /clock with simulated time."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.01 <= self.real_time_factor <= 100:
+            raise ValueError(f"real_time_factor must be in [0.01, 100], got {self.real_time_factor}")
+        if not 1 <= self.tick_hz <= self.physics_hz:
+            raise ValueError(f"tick_hz must be in [1, physics_hz], got {self.tick_hz}")
+        if self.camera_width <= 0 or self.camera_height <= 0 or self.camera_hz <= 0:
+            raise ValueError("camera_width, camera_height and camera_hz must be positive")
+
+
+class SimNode(Node):
+    """Steps the simulation in real time and adapts its state and commands to ROS messages."""
+
+    def __init__(self) -> None:
+        super().__init__("sim")
+        cfg = self.config = declare_config(self, SimNodeConfig)
+        self.sim = LiveSim(cfg)
+        emb = self.sim.embodiment
+        self.joint_names = [*emb.joint_names, *emb.gripper_joints]
+        self.gripper_qpos = (np.array([self.sim.model.joint(j).qposadr[0] for j in emb.gripper_joints], dtype=int)
+                             if emb.gripper_joints else np.zeros(0, dtype=int))
+        self.pub_clock = self.create_publisher(Clock, "/clock", 10) if cfg.publish_clock else None
+        self.pub_joints = self.create_publisher(JointState, "joint_states", 10)
+        self.pub_pose = self.create_publisher(PoseStamped, "current_pose", 10) if cfg.robot == "panda" else None
+        self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
+        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.pub_cams = {c: self.create_publisher(Image, f"{c}/image_raw", qos_profile_sensor_data)
+                         for c in cfg.cameras}
+        self._warned: dict[str, float] = {}
+        policy, human = "policy", "human"
+        self._subscribe(PoseStamped, "target_pose", policy,
+                        lambda m: self._pose_or_flight(m))
+        self._subscribe(JointState, "target_joint", policy, lambda m: joint_target_from_msg(m, emb.joint_names))
+        self._subscribe(WrenchStamped, "target_wrench", policy, wrench_target_from_msg)
+        self._subscribe(Float64MultiArray, "target_stiffness", policy, stiffness_target_from_msg)
+        self._subscribe(PoseStamped, "teleop/target_pose", human, lambda m: self._pose_or_flight(m))
+        self.create_subscription(Float64, "target_gripper", lambda m: self._gripper(m, policy), 10)
+        self.create_subscription(Float64, "teleop/gripper", lambda m: self._gripper(m, human), 10)
+        self.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
+        self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        self.human = False
+        self._last_mode = ""
+        self._wall0, self._sim0 = time.monotonic(), self.sim.time
+        self._next_camera = 0.0
+        self._next_diag = 0.0
+        self.create_timer(1.0 / cfg.tick_hz, self._tick)
+        self.get_logger().info(f"{cfg.robot} at {cfg.physics_hz:g} Hz physics, controller "
+                               f"{type(self.sim.controller.inner).__name__}, cameras {list(cfg.cameras)}")
+
+    # --- inputs -------------------------------------------------------------------------------------------------
+    def _pose_or_flight(self, msg: PoseStamped) -> object:
+        pose = pose_target_from_msg(msg, self.config.base_frame)
+        if self.config.robot != "cf2x":
+            return pose
+        w, x, y, z = pose.quat
+        return FlightTarget(pose.position, yaw=float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))))
+
+    def _subscribe(self, msg_type: Any, topic: str, source: str, convert: Callable[[Any], object]) -> None:
+        def callback(msg: Any) -> None:
+            try:
+                target = convert(msg)
+            except (TargetRejected, ValueError) as exc:
+                self._warn(f"rejected {topic}: {exc}")
+                return
+            if not self.sim.submit(target, source):
+                self._warn(f"rejected {topic}: {self.sim.status.reason}")
+        self.create_subscription(msg_type, topic, callback, 10)
+
+    def _warn(self, text: str) -> None:
+        """Log a refusal at most once per second per distinct text (rclpy throttles per call site only)."""
+        now = time.monotonic()
+        if now - self._warned.get(text, -1e9) >= 1.0:
+            self._warned[text] = now
+            self.get_logger().warn(text)
+            if len(self._warned) > 256:
+                self._warned.clear()
+
+    def _gripper(self, msg: Float64, source: str) -> None:
+        if (source == "human") != self.human:
+            return  # the gripper follows whoever is in control
+        if not np.isfinite(msg.data):
+            self._warn("rejected gripper command: not finite")
+            return
+        self.sim.set_gripper(msg.data)
+
+    def _on_intervention(self, msg: Bool) -> None:
+        if bool(msg.data) != self.human:
+            self.human = bool(msg.data)
+            self.sim.set_override(self.human)
+
+    def _on_estop(self, msg: Bool) -> None:
+        self.sim.estop(bool(msg.data), "safety/estop")
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self.sim.reset()
+        self._wall0, self._sim0 = time.monotonic(), self.sim.time
+        response.success, response.message = True, "scene reset; holding the home pose"
+        return response
+
+    # --- loop ---------------------------------------------------------------------------------------------------
+    def _tick(self) -> None:
+        cfg = self.config
+        due = self._sim0 + (time.monotonic() - self._wall0) * cfg.real_time_factor
+        steps = int((due - self.sim.time) * cfg.physics_hz)
+        max_steps = int(cfg.physics_hz / cfg.tick_hz * 4)  # never spiral: fall behind instead
+        if steps > max_steps:
+            self._sim0, self._wall0 = self.sim.time + max_steps / cfg.physics_hz, time.monotonic()
+            steps = max_steps
+        if steps > 0:
+            reason = self.sim.step(steps)
+            if reason:
+                self.get_logger().error(f"simulation diverged ({reason}); resetting the scene")
+                self.sim.reset()
+        self._publish_state()
+
+    def _publish_state(self) -> None:
+        t = self.sim.time
+        stamp_ns = round(t * 1e9)
+        if self.pub_clock is not None:
+            self.pub_clock.publish(Clock(clock=ns_to_stamp(stamp_ns)))
+        state = self.sim.state()
+        q = np.r_[state.q, self.sim.data.qpos[self.gripper_qpos]]
+        dq = np.r_[state.dq, np.zeros(self.gripper_qpos.size)]
+        tau = np.r_[self.sim.joint_efforts(), np.zeros(self.gripper_qpos.size)]
+        self.pub_joints.publish(joint_state_to_msg(self.joint_names, q, dq, tau, stamp_ns, self.config.base_frame))
+        if self.pub_pose is not None:
+            position, quat = self.sim.ee_pose()
+            self.pub_pose.publish(pose_to_msg(position, quat, stamp_ns, self.config.base_frame))
+        status = self.sim.status
+        if status.mode.value != self._last_mode:
+            self._last_mode = status.mode.value
+            self.pub_mode.publish(String(data=status.mode.value))
+            self.get_logger().info(f"controller mode {status.mode.value}: {status.reason}")
+        if self.pub_cams and t >= self._next_camera:
+            self._next_camera = t + 1.0 / self.config.camera_hz
+            for name, pub in self.pub_cams.items():
+                frame = self.sim.render(name, self.config.camera_height, self.config.camera_width)
+                pub.publish(image_to_msg(frame, stamp_ns, name))
+        if t >= self._next_diag:
+            self._next_diag = t + 1.0
+            self._publish_diagnostics(stamp_ns)
+
+    def _publish_diagnostics(self, stamp_ns: int) -> None:
+        status = self.sim.status
+        level = {"estop": DiagnosticStatus.ERROR, "hold": DiagnosticStatus.WARN}.get(status.mode.value,
+                                                                                     DiagnosticStatus.OK)
+        array = DiagnosticArray()
+        array.header.stamp = ns_to_stamp(stamp_ns)
+        wall = max(time.monotonic() - self._wall0, 1e-9)
+        array.status.append(DiagnosticStatus(
+            name="robot_rl/sim/controller", hardware_id=self.config.robot, level=level,
+            message=f"{status.mode.value}: {status.reason}",
+            values=[KeyValue(key="rejected_targets", value=str(status.rejected)),
+                    KeyValue(key="real_time_factor", value=f"{(self.sim.time - self._sim0) / wall:.2f}")]))
+        self.pub_diag.publish(array)
+
+    def close(self) -> None:
+        """Free the renderers."""
+        self.sim.close()
+
+
+def main(args: list[str] | None = None) -> int:
+    """``ros2 run robot_rl sim_node``."""
+    return run_node(SimNode, args)

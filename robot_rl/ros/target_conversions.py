@@ -1,0 +1,66 @@
+"""CRISP-compatible command topics -> robot_rl.control targets.
+
+``target_pose`` (PoseStamped) -> PoseTarget, ``target_joint`` (JointState, matched BY NAME against the
+robot's joints, unlike CRISP which takes positions by index) -> JointTarget, ``target_wrench``
+(WrenchStamped) -> WrenchTarget, ``target_stiffness`` (Float64MultiArray, 6 values) -> StiffnessTarget.
+Every conversion raises :class:`~robot_rl.control.base.TargetRejected` with the reason (the caller
+names the topic), so a node can log it and keep the previous target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped, WrenchStamped
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+from robot_rl.control.base import TargetRejected
+from robot_rl.control.targets import JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
+from robot_rl.core.spaces import SpecError
+from robot_rl.ros.conversions import pose_from_msg
+
+
+def pose_target_from_msg(msg: PoseStamped, base_frame: str) -> PoseTarget:
+    """PoseStamped (in ``base_frame`` or with an empty frame) -> PoseTarget."""
+    try:
+        position, quat = pose_from_msg(msg, base_frame)
+    except SpecError as exc:
+        raise TargetRejected(str(exc)) from exc
+    return PoseTarget(position, quat)
+
+
+def joint_target_from_msg(msg: JointState, joint_names: Sequence[str]) -> JointTarget:
+    """JointState with every robot joint named (any order, extra joints ignored) -> JointTarget."""
+    lookup = {name: i for i, name in enumerate(msg.name)}
+    unknown = [n for n in msg.name if n not in joint_names]
+    missing = [n for n in joint_names if n not in lookup]
+    if missing:
+        raise TargetRejected(f"missing joints {missing}" + (f", unknown {unknown}" if unknown else ""))
+    if len(msg.position) != len(msg.name):
+        raise TargetRejected(f"{len(msg.position)} positions for {len(msg.name)} names")
+    order = [lookup[n] for n in joint_names]
+    q = np.asarray(msg.position, dtype=np.float64)[order]
+    dq = None
+    if len(msg.velocity):
+        if len(msg.velocity) != len(msg.name):
+            raise TargetRejected(f"{len(msg.velocity)} velocities for {len(msg.name)} names")
+        dq = np.asarray(msg.velocity, dtype=np.float64)[order]
+    tau = None
+    if len(msg.effort):
+        if len(msg.effort) != len(msg.name):
+            raise TargetRejected(f"{len(msg.effort)} efforts for {len(msg.name)} names")
+        tau = np.asarray(msg.effort, dtype=np.float64)[order]
+    return JointTarget(q, dq, tau)
+
+
+def wrench_target_from_msg(msg: WrenchStamped) -> WrenchTarget:
+    """WrenchStamped -> WrenchTarget (force [N], torque [Nm], base frame)."""
+    f, t = msg.wrench.force, msg.wrench.torque
+    return WrenchTarget(np.array([f.x, f.y, f.z]), np.array([t.x, t.y, t.z]))
+
+
+def stiffness_target_from_msg(msg: Float64MultiArray) -> StiffnessTarget:
+    """Float64MultiArray [kx, ky, kz, krx, kry, krz] -> StiffnessTarget."""
+    return StiffnessTarget(np.asarray(msg.data, dtype=np.float64))
