@@ -86,6 +86,8 @@ class EpisodeStore:
         except (KeyError, ValueError) as exc:
             raise DatasetError(f"{path}: attribute 'info' is missing or malformed ({exc})") from exc
         self.tasks: list[str] = [str(t) for t in attrs.get("tasks", [])]
+        # Chunks equal to the fill value are on disk too, so a missing chunk file means damage.
+        self.every_chunk_written = bool(attrs.get("every_chunk_written", False))
         self.schema: StepSchema | None = StepSchema.from_json(attrs["schema"]) if attrs.get("schema") else None
         self._ends = self._read_meta("episode_ends", required=True)
         if np.any(np.diff(np.concatenate([[0], self._ends])) <= 0):
@@ -110,7 +112,7 @@ class EpisodeStore:
         for name, dtype in EPISODE_COLUMNS.items():
             zc.create_array(meta, name, (0,), (LOWDIM_CHUNK,), dtype, zc.lowdim_compressor())
         root.attrs.update({"format": FORMAT_NAME, "version": FORMAT_VERSION, "info": config_to_dict(info),
-                           "tasks": [], "schema": None})
+                           "tasks": [], "schema": None, "every_chunk_written": True})
         store = cls.open(path, mode="a")
         if schema is not None:
             store._init_schema(schema)

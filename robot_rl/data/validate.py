@@ -51,7 +51,11 @@ def validate_store(path: str | Path, progress: bool = False) -> ValidationReport
     if store.uncommitted_frames:
         report.warnings.append(f"episode {store.num_episodes}: incomplete, {store.uncommitted_frames} uncommitted "
                                "frame(s) (a crashed or aborted recording); dropped at the next append")
-    report.issues += _missing_chunks(store)
+    if store.every_chunk_written:
+        report.issues += _missing_chunks(store)
+    else:
+        report.warnings.append("missing chunk files cannot be told from all-zero chunks in this store "
+                               "(written by an older version); they would read as zeros")
     for index in tqdm(range(store.num_episodes), desc="validate", unit="episode", disable=not progress):
         try:
             report.issues += _check_episode(store, index)
