@@ -152,6 +152,12 @@ def test_corrupt_and_truncated_stores_name_episode_and_field(tmp_path: Path) -> 
     zarray.write_text(json.dumps(meta))
     with pytest.raises(DatasetError, match=r"episode 1, field data/segment_id: truncated \(150 of 300 rows\)"):
         EpisodeStore.open(path)
+    zarray.write_text("{truncated")
+    with pytest.raises(DatasetError, match="field data/segment_id cannot be opened"):
+        EpisodeStore.open(path)
+    (path / ".zattrs").write_text("{not json")
+    with pytest.raises(DatasetError, match="cannot open the store"):
+        EpisodeStore.open(path)
     with pytest.raises(DatasetError, match="no episode store"):
         EpisodeStore.open(tmp_path / "nowhere.zarr")
 

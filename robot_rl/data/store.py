@@ -128,7 +128,10 @@ class EpisodeStore:
             raise DatasetError(f"{path}: no episode store here (missing .zgroup)")
         lock = _acquire_lock(path) if mode == "a" else None
         try:
-            root = zc.open_group(path, mode="r" if mode == "r" else "r+")
+            try:
+                root = zc.open_group(path, mode="r" if mode == "r" else "r+")
+            except Exception as exc:
+                raise DatasetError(f"{path}: cannot open the store ({type(exc).__name__}: {exc})") from exc
             return cls(path, root, writable=mode == "a", lock=lock)
         except Exception:
             if lock is not None:
@@ -329,6 +332,8 @@ class EpisodeStore:
                 self._arrays[key] = zc.get_array(self._root[group], name)
             except KeyError:
                 raise DatasetError(f"{self.path}: field {key} is missing") from None
+            except Exception as exc:  # unreadable .zarray and the like
+                raise DatasetError(f"{self.path}: field {key} cannot be opened ({type(exc).__name__}: {exc})") from exc
         return self._arrays[key]
 
     def _drop_uncommitted(self) -> None:
