@@ -135,6 +135,9 @@ def _record(args: argparse.Namespace) -> int:
         with store:
             report = record(env, expert, store, args.episodes, max_steps=args.max_steps, seed=args.seed,
                             task=args.task, progress=_progress(args))
+    except KeyboardInterrupt:
+        print(f"\nstopped: the episode in progress was discarded; {store.num_episodes} episode(s) in {out}")
+        return 130
     finally:
         if hasattr(expert, "close"):
             expert.close()  # e.g. give the terminal back after keyboard control
