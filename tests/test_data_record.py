@@ -172,3 +172,41 @@ def test_cli_records_the_default_arm_pick_lift_env(tmp_path: Path, capsys: pytes
     assert data.num_frames == 80 and data.schema is not None and "image_wrist" in data.schema.image_keys
     lifted = [float(t.observation["object_pos"][2]) for t in data.transitions(0)]
     assert max(lifted) > lifted[0] + 0.05  # the scripted expert really picked the cube up
+
+
+class SlowReachExpert(ReachExpert):
+    """The reach expert at a human-like pace (5 ms per step)."""
+
+    def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        import time
+
+        time.sleep(0.005)
+        return super().act(obs)
+
+
+def test_ctrl_c_keeps_committed_episodes_and_drops_the_partial_one(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    store = tmp_path / "int.zarr"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli.main", "data", "record", "--out", str(store),
+                             "--env", ENV_ID, "--import", "test_data_record", "--expert",
+                             "test_data_record:SlowReachExpert", "--episodes", "1000", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # wait until some episodes are committed
+        time.sleep(0.5)
+        if (store / "meta" / "episode_ends" / "0").is_file():
+            break
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    data = EpisodeStore.open(store)
+    assert data.num_episodes >= 1 and data.uncommitted_frames == 0
+    assert f"{data.num_episodes} episode(s) in" in out
+    assert all(data.episode_info(i).success for i in range(data.num_episodes))
