@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "demo": "robot_rl.cli.demo",
     "launch": "robot_rl.cli.launch",
     "data": "robot_rl.cli.data",
+    "sim": "robot_rl.cli.sim",
 }
 
 

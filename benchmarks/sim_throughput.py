@@ -1,0 +1,141 @@
+"""Simulation throughput: env steps/s against a raw mj_step loop of the same model, vectorised
+throughput (sync vs async Gymnasium vector envs, mujoco.rollout threads) and offscreen render FPS.
+
+Everything in one run so the ratios are measured side by side on the same (shared, 2-core) machine:
+
+    MUJOCO_GL=egl .venv/bin/python benchmarks/sim_throughput.py [--seconds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+import robot_rl.sim  # noqa: F401
+from robot_rl.sim.experts import expert_for
+from robot_rl.sim.vector import batch_rollout, full_state, make_vector_env
+
+
+def rate(fn: Callable[[], int], seconds: float) -> float:
+    """Units per second of ``fn`` (returns units done per call), run for about ``seconds``."""
+    fn()  # warm-up
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        done += fn()
+    return done / (time.perf_counter() - t0)
+
+
+def raw_vs_env(env_id: str, seconds: float) -> tuple[float, float, int]:
+    """(raw mj_step physics steps/s, env physics steps/s with controller + expert, substeps)."""
+    env = gym.make(env_id)
+    base = env.unwrapped
+    m = base.model
+    d = mujoco.MjData(m)
+    env.reset(seed=0)
+    d.qpos[:] = base.data.qpos
+    mujoco.mj_forward(m, d)
+    start = full_state(m, d)
+
+    def raw() -> int:  # zero ctrl, restarted every 0.5 s so the robot stays near its task posture
+        mujoco.mj_setState(m, d, start, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        for _ in range(250):
+            mujoco.mj_step(m, d)
+        return 250
+
+    raw_rate = rate(raw, seconds)
+    expert = expert_for(env)
+    state = {"obs": env.reset(seed=0)[0]}
+
+    def env_steps() -> int:
+        obs, _, terminated, truncated, _ = env.step(expert.act(state["obs"]))
+        state["obs"] = env.reset()[0] if terminated or truncated else obs
+        return 1
+
+    env_rate = rate(env_steps, seconds)
+    return raw_rate, env_rate * base.physics_steps, base.physics_steps
+
+
+def vector_rate(env_id: str, n: int, asynchronous: bool, seconds: float) -> float:
+    venv = make_vector_env(env_id, n, asynchronous=asynchronous)
+    venv.reset(seed=0)
+    action = np.zeros(venv.action_space.shape, np.float32)
+    if env_id.startswith("robot_rl/Quad"):
+        action[:, 0] = 0.55
+    r = rate(lambda: (venv.step(action), n)[1], seconds)
+    venv.close()
+    return r
+
+
+def rollout_rates(seconds: float) -> dict[str, float]:
+    """Open-loop humanoid physics steps/s: Python mj_step loop vs mujoco.rollout with 1 and 2 threads."""
+    env = gym.make("robot_rl/HumanoidStand-v0")
+    m = env.unwrapped.model
+    d = mujoco.MjData(m)
+    env.reset(seed=0)
+    d.qpos[:] = env.unwrapped.data.qpos
+    mujoco.mj_forward(m, d)
+    s0 = full_state(m, d)
+    nbatch, nstep = 32, 100
+    controls = np.zeros((nbatch, nstep, m.nu))
+
+    def loop() -> int:
+        for _ in range(nbatch):
+            mujoco.mj_setState(m, d, s0, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+            for _ in range(nstep):
+                mujoco.mj_step(m, d)
+        return nbatch * nstep
+
+    out = {"python loop": rate(loop, seconds)}
+    for nthread in (1, 2):
+        out[f"rollout {nthread} thread(s)"] = rate(
+            lambda nt=nthread: (batch_rollout(m, s0, controls, nthread=nt), nbatch * nstep)[1], seconds)
+    return out
+
+
+def render_fps(size: int, shadows: bool, seconds: float) -> float:
+    env = gym.make("robot_rl/ArmPickLift-v0", cameras=("front",), image_size=(size, size), render_shadows=shadows,
+                   render_reflections=shadows)
+    base = env.unwrapped
+    env.reset(seed=0)
+    return rate(lambda: (base.backend.render("front", size, size), 1)[1], seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
+    args = parser.parse_args()
+    s = args.seconds
+    print("## raw mj_step vs env (controller at every physics step + expert at policy rate)")
+    print("| env | raw mj_step steps/s | env physics steps/s | env / raw | env steps/s |")
+    print("|---|---|---|---|---|")
+    for env_id in ("robot_rl/ArmPickLift-v0", "robot_rl/HumanoidStand-v0", "robot_rl/QuadHover-v0"):
+        raw, env_rate, sub = raw_vs_env(env_id, s)
+        print(f"| {env_id} | {raw:,.0f} | {env_rate:,.0f} | {env_rate / raw:.2f} | {env_rate / sub:,.0f} |")
+    print("\n## vectorised env steps/s (sum over envs)")
+    print("| env | 1 env | 4 sync | 2 async | 4 async |")
+    print("|---|---|---|---|---|")
+    for env_id in ("robot_rl/QuadHover-v0", "robot_rl/ArmReach-v0"):
+        r = [vector_rate(env_id, 1, False, s), vector_rate(env_id, 4, False, s),
+             vector_rate(env_id, 2, True, s), vector_rate(env_id, 4, True, s)]
+        print(f"| {env_id} | " + " | ".join(f"{v:,.0f}" for v in r) + " |")
+    print("\n## open-loop G1 physics steps/s (32 x 100 steps)")
+    for name, value in rollout_rates(s).items():
+        print(f"| {name} | {value:,.0f} |")
+    print("\n## render FPS, Panda scene, front camera (EGL / llvmpipe)")
+    print("| size | shadows+reflections off | on | off / on |")
+    print("|---|---|---|---|")
+    for size in (96, 128, 224):
+        off, on = render_fps(size, False, s), render_fps(size, True, s)
+        print(f"| {size}x{size} | {off:.1f} | {on:.1f} | {off / on:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
