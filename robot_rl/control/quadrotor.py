@@ -85,7 +85,8 @@ class QuadrotorConfig:
     land_speed: float = 0.3
     """Fail-safe descent speed [m/s]."""
     land_height: float = 0.02
-    """Height [m] at which the fail-safe landing switches the motors off."""
+    """Height [m] at which the fail-safe landing switches the motors off (also off once the setpoint
+    has reached the floor for 0.5 s and the vehicle no longer sinks)."""
 
     def __post_init__(self) -> None:
         for name in ("pos_kp", "pos_kd", "pos_ki", "att_kp", "rate_kp"):
@@ -218,7 +219,10 @@ class QuadrotorController(Controller):
         if self._hold_since is not None:
             descent = max(0.0, stamp - self._hold_since - cfg.hover_time) * cfg.land_speed
             z = max(self._hold_z - descent, 0.0)
-            if descent > 0 and (pos[2] <= cfg.land_height or self.landed):
+            # Touched down: below land_height, or the setpoint has been at the floor for 0.5 s while
+            # the vehicle no longer sinks (resting on its legs, whatever their height).
+            on_floor = descent - self._hold_z > 0.5 * cfg.land_speed and abs(float(state.base_linvel[2])) < 0.05
+            if descent > 0 and (pos[2] <= cfg.land_height or on_floor or self.landed):
                 self.landed = True
                 self._motor_est[:] = 0.0
                 return np.zeros(4)

@@ -1,0 +1,125 @@
+"""G1 standing under its joint PD and the Crazyflie's flight controller, in MuJoCo, with stated numbers."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+
+from robot_rl.control import (
+    FlightTarget,
+    JointTarget,
+    MotorModel,
+    QuadrotorController,
+    RobotState,
+    SafetyLayer,
+    SafetyMode,
+    build_controller,
+)
+from robot_rl.control.rotations import quat_to_mat
+from robot_rl.control.stepping import joint_indices, joint_state, run_controller
+from robot_rl.robots import cf2x, g1
+
+NO_JOINTS = np.array([], dtype=np.intp)
+
+
+def with_floor(spec: mujoco.MjSpec) -> mujoco.MjModel:
+    spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[5.0, 5.0, 0.1])
+    return spec.compile()
+
+
+def tilt_deg(quat: np.ndarray) -> float:
+    return float(np.degrees(np.arccos(np.clip(quat_to_mat(quat)[2, 2], -1.0, 1.0))))
+
+
+@pytest.mark.parametrize(("posture", "height"), [(g1.STAND_Q, g1.STAND_BASE_HEIGHT),
+                                                 (g1.CROUCH_Q, g1.CROUCH_BASE_HEIGHT)])
+def test_humanoid_stands_under_its_pd(posture: np.ndarray, height: float) -> None:
+    m = with_floor(g1.build_spec())
+    d = mujoco.MjData(m)
+    d.qpos[g1.QPOS_BASE_POS] = [0.0, 0.0, height]
+    d.qpos[g1.QPOS_BASE_QUAT] = [1.0, 0.0, 0.0, 0.0]
+    d.qpos[g1.QPOS_JOINTS] = posture
+    mujoco.mj_forward(m, d)
+    qi, vi = joint_indices(m, g1.JOINT_NAMES)
+
+    def state(dd: mujoco.MjData) -> RobotState:
+        return joint_state(dd, qi, vi, free_qpos=0, free_dof=0)
+
+    c = build_controller("g1", m, d, safety=False)
+    c.reset(state(d))
+    c.set_target(JointTarget(posture), 0.0)
+    heights, tilts = [], []
+
+    def push(i: int) -> None:  # a 40 N shove on the pelvis for 0.1 s at t = 1 s
+        d.xfrc_applied[m.body(g1.PELVIS_BODY).id, 0] = 40.0 if 500 <= i < 550 else 0.0
+        heights.append(d.qpos[2])
+        tilts.append(tilt_deg(d.qpos[g1.QPOS_BASE_QUAT]))
+
+    run_controller(m, d, c, state, g1.CTRL_JOINTS, 1500, push)
+    assert min(heights) > height - 0.03  # never sags or falls
+    assert max(tilts) < 5.0  # stays upright through the shove
+    assert np.linalg.norm(d.qpos[:2]) < 0.05
+    assert np.max(np.abs(d.qpos[g1.QPOS_JOINTS] - posture)) < 0.05
+
+
+class Drone:
+    """Crazyflie over a floor, its controller's rotor thrusts passing through the 0.145 s motor lag."""
+
+    def __init__(self, safety: bool = False) -> None:
+        self.m = with_floor(cf2x.build_spec())
+        self.d = mujoco.MjData(self.m)
+        self.c = build_controller("cf2x", self.m, self.d, safety=safety)
+        self.motors = MotorModel(cf2x.MOTOR_TIME_CONSTANT, self.m.opt.timestep)
+        self.motors.reset(np.full(4, cf2x.HOVER_THRUST))
+
+    def state(self, d: mujoco.MjData) -> RobotState:
+        return joint_state(d, NO_JOINTS, NO_JOINTS, free_qpos=0, free_dof=0)
+
+    def actuate(self, thrusts: np.ndarray) -> np.ndarray:
+        return cf2x.rotor_commands(self.motors.step(thrusts))
+
+    def run(self, seconds: float) -> np.ndarray:
+        log: list[np.ndarray] = []
+        run_controller(self.m, self.d, self.c, self.state, slice(0, cf2x.N_CTRL), round(seconds / self.m.opt.timestep),
+                       lambda i: log.append(np.r_[self.d.qpos[:7], self.d.time]), self.actuate)
+        return np.array(log)
+
+
+@pytest.mark.parametrize("axis", [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (1.0, 1.0, 0.0)])
+def test_quadrotor_recovers_from_30_degree_tilt_and_hovers(axis: tuple[float, float, float]) -> None:
+    drone = Drone()
+    a = np.asarray(axis) / np.linalg.norm(axis)
+    half = np.radians(30.0) / 2
+    drone.d.qpos[:3] = [0.0, 0.0, 1.0]
+    drone.d.qpos[3:7] = [np.cos(half), *(np.sin(half) * a)]
+    mujoco.mj_forward(drone.m, drone.d)
+    drone.c.set_target(FlightTarget([0.0, 0.0, 1.0]), 0.0)
+    log = drone.run(4.0)
+    err = np.linalg.norm(log[:, :3] - [0.0, 0.0, 1.0], axis=1)
+    tilt = np.array([tilt_deg(q) for q in log[:, 3:7]])
+    t = log[:, 7]
+    assert np.max(err[t >= 2.0]) < 0.02  # hovers within 2 cm from 2 s on (measured settling 1.4 s)
+    assert np.max(tilt[t >= 1.0]) < 5.0 and tilt[-1] < 0.5
+    assert np.min(log[:, 2]) > 0.8  # recovers without dropping more than 20 cm
+
+
+def test_quadrotor_watchdog_hovers_then_lands() -> None:
+    drone = Drone(safety=True)
+    assert isinstance(drone.c, SafetyLayer)
+    drone.d.qpos[:3] = [0.0, 0.0, 0.5]
+    mujoco.mj_forward(drone.m, drone.d)
+    drone.c.reset(drone.state(drone.d))
+    assert drone.c.submit(FlightTarget([0.2, 0.0, 0.6]), 0.0)  # then the policy goes silent
+    cfg = drone.c.config
+    inner = drone.c.inner
+    assert isinstance(inner, QuadrotorController)
+    log = drone.run(6.0)
+    t, z = log[:, 7], log[:, 2]
+    assert drone.c.mode == SafetyMode.HOLD and "stale target" in drone.c.status.reason
+    hover_end = cfg.watchdog_timeout + inner.config.hover_time
+    hovering = (t > cfg.watchdog_timeout + 0.5) & (t < hover_end)
+    assert np.ptp(z[hovering]) < 0.03  # hovers where the watchdog caught it
+    assert inner.landed and z[-1] < 0.1 and abs(drone.d.qvel[2]) < 0.01  # then lands (resting on its frame)
+    assert np.all(drone.c.compute(drone.state(drone.d), float(drone.d.time)) == 0.0)  # motors off
+    assert np.max(drone.d.ctrl[cf2x.CTRL_THRUST]) < 1e-3  # spun down through the motor lag
