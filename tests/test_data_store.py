@@ -253,3 +253,20 @@ def test_store_created_from_robot_specs_checks_the_first_step(tmp_path: Path) ->
         store.add_episode(wrong)
     store.add_episode(synthetic_episode(0, 3, size=32))
     assert store.num_frames == 3 and store.array("action").shape[0] == 3
+
+
+def test_drop_last_episode_leaves_no_frames(tmp_path: Path) -> None:
+    path = tmp_path / "d.zarr"
+    store = EpisodeStore.create(path, INFO)
+    store.add_episode(synthetic_episode(0, 300, size=16))
+    store.add_episode(synthetic_episode(1, 30, size=16), task="bad take")
+    dropped = store.drop_last_episode()
+    assert (dropped.index, dropped.length, dropped.task) == (1, 30, "bad take")
+    store.add_episode(synthetic_episode(1, 8, size=16))
+    store.close()
+    store = EpisodeStore.open(path)
+    assert store.num_frames == 308 and store.uncommitted_frames == 0
+    assert len([p for p in (path / "data" / "observation.cam0").iterdir() if not p.name.startswith(".")]) == 308
+    assert_same(list(store.transitions(1))[-1], synthetic_episode(1, 8, size=16)[-1])
+    with pytest.raises(DatasetError, match="read-only"):
+        store.drop_last_episode()

@@ -261,6 +261,25 @@ class EpisodeStore:
                 writer.add(t)
             return writer.commit(success=success)
 
+    def drop_last_episode(self) -> EpisodeInfo:
+        """Erase the last committed episode (an operator's "delete that take"); returns what was dropped.
+
+        The commit point goes first (``meta/episode_ends`` shrinks by one row, one atomic write), so a
+        crash half-way leaves the episode as an uncommitted remainder that the next append clears.
+        """
+        if not self._writable:
+            raise DatasetError(f"{self.path}: opened read-only; open with mode='a' to drop episodes")
+        if self._writer is not None:
+            raise DatasetError(f"{self.path}: episode {self.num_episodes} is still being written")
+        if self.num_episodes == 0:
+            raise DatasetError(f"{self.path}: no episode to drop")
+        dropped = self.episode_info(self.num_episodes - 1)
+        ends = self._get("meta", "episode_ends")
+        ends.resize((self.num_episodes - 1,))
+        self._ends = self._ends[:-1]
+        self._drop_uncommitted()
+        return dropped
+
     # ----------------------------------------------------------------------------------- internals
     def _init_schema(self, schema: StepSchema) -> None:
         data, meta = self._root["data"], self._root["meta"]
