@@ -41,6 +41,7 @@ CONSOLE_SCRIPTS = [
     "teleop_node = robot_rl.ros.teleop_node:main",
     "safety_node = robot_rl.ros.safety_node:main",
     "sim_node = robot_rl.ros.sim_node:main",
+    "controller_node = robot_rl.ros.controller_node:main",
 ]
 
 setup(

@@ -10,6 +10,8 @@ Targets, CRISP-compatible: ``target_pose`` (PoseStamped), ``target_joint`` (Join
 (Float64, 0 closed .. 1 open). The human side: ``teleop/target_pose``, ``teleop/gripper`` and the
 latched ``intervention`` flag (the safety layer lets only human targets through while it is true).
 ``safety/estop`` (latched Bool) engages and clears the e-stop; ``~/reset`` (Trigger) resets the scene.
+With ``effort_input`` the node instead emulates a torque-controlled robot for an external controller
+(e.g. ``controller_node``): it applies ``effort_controller/commands`` (Float64MultiArray) directly.
 A malformed or out-of-limit target is refused with a logged reason and the robot keeps holding.
 """
 
@@ -111,6 +113,8 @@ class SimNode(Node):
         self.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
         self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
         self.create_service(Trigger, "~/reset", self._on_reset)
+        if cfg.effort_input:
+            self.create_subscription(Float64MultiArray, "effort_controller/commands", self._on_effort, 10)
         self.human = False
         self._last_mode = ""
         self._wall0, self._sim0 = time.monotonic(), self.sim.time
@@ -155,6 +159,12 @@ class SimNode(Node):
             self._warn("rejected gripper command: not finite")
             return
         self.sim.set_gripper(msg.data)
+
+    def _on_effort(self, msg: Float64MultiArray) -> None:
+        try:
+            self.sim.set_effort(np.asarray(msg.data))
+        except ValueError as exc:
+            self._warn(f"rejected effort_controller/commands: {exc}")
 
     def _on_intervention(self, msg: Bool) -> None:
         if bool(msg.data) != self.human:

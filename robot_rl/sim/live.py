@@ -35,6 +35,11 @@ class LiveSimConfig:
     """Controller section of controllers/<robot>.yaml (cartesian | joint | quadrotor); "" = its default."""
     with_object: bool = True
     """Arm scenes: put the cube on the table."""
+    effort_input: bool = False
+    """Emulate a torque-controlled robot: apply joint torques given to :meth:`LiveSim.set_effort` (e.g. from
+    an external controller node) instead of running the controller; stale commands become zero torque."""
+    effort_timeout_s: float = 0.05
+    """With ``effort_input``: torque commands older than this [s, sim time] are replaced by zeros."""
 
     def __post_init__(self) -> None:
         if self.robot not in ("panda", "g1", "cf2x"):
@@ -71,6 +76,8 @@ class LiveSim:
         else:
             self.actuators = actuator_indices(model, (*self.robot.THRUST_ACTUATORS, *self.robot.YAW_TORQUE_ACTUATORS))
         self.gripper = 1.0
+        self._effort = np.zeros(self.controller.n_commands)
+        self._effort_time = -np.inf
         self.reset()
 
     # --- state -----------------------------------------------------------------------------------------------
@@ -146,12 +153,29 @@ class LiveSim:
         else:
             self.controller.clear_estop(self.state())
 
+    def set_effort(self, torques: np.ndarray) -> None:
+        """External joint torques for ``effort_input`` mode (clipped to the effort limits).
+
+        Raises:
+            ValueError: for a wrong length or non-finite values (the previous command stays).
+        """
+        torques = np.asarray(torques, dtype=np.float64)
+        if torques.shape != self._effort.shape or not np.all(np.isfinite(torques)):
+            raise ValueError(f"effort command: expected {self._effort.size} finite values, got {torques.tolist()}")
+        limit = np.asarray(self.embodiment.limits.effort)
+        self._effort = np.clip(torques, -limit, limit) if limit.shape == torques.shape else torques
+        self._effort_time = self.time
+
     def step(self, n: int = 1) -> str:
         """Advance ``n`` physics steps with the controller at every step; "" or why the sim diverged."""
         return self.backend.step(n, self.actuators, self._control)
 
     def _control(self) -> np.ndarray:
-        cmd = self.controller.compute(self.state(), self.time)
+        if self.config.effort_input:
+            fresh = self.time - self._effort_time <= self.config.effort_timeout_s
+            cmd = self._effort if fresh else np.zeros_like(self._effort)
+        else:
+            cmd = self.controller.compute(self.state(), self.time)
         if self.config.robot == "panda":
             return np.r_[cmd, self.gripper * self.robot.GRIPPER_CTRL_OPEN]
         if self.config.robot == "cf2x":

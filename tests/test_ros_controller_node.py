@@ -1,0 +1,66 @@
+"""Controller node against emulated torque-interface hardware, brought up from real_arm.launch.yaml."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+from robot_rl.ros.conversions import pose_from_msg, pose_to_msg  # noqa: E402
+from robot_rl.ros.launch_processes import launch  # noqa: E402
+from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def test_controller_node_drives_emulated_arm_and_fails_safe(tmp_path: Path) -> None:
+    fifo = tmp_path / "js0"
+    os.mkfifo(fifo)
+    description = load_launch_file("real_arm.launch.yaml", {
+        "emulate": "true", "with_camera": "false", "teleop_device": "gamepad",
+        "teleop_device_path": str(fifo), "controller_rate_hz": "250.0"})
+    poses: list[np.ndarray] = []
+    modes: list[str] = []
+    with launch(description, tmp_path / "logs") as graph:
+        rclpy.init()
+        node = rclpy.create_node("controller_probe")
+        try:
+            node.create_subscription(PoseStamped, "/current_pose", lambda m: poses.append(pose_from_msg(m)[0]), 10)
+            node.create_subscription(String, "/controller/mode", lambda m: modes.append(m.data), LATCHED)
+            target = node.create_publisher(PoseStamped, "/target_pose", 10)
+
+            def spin(seconds, goal=None, quat=None, until=None):  # type: ignore[no-untyped-def]
+                deadline, next_pub = time.monotonic() + seconds, 0.0
+                while time.monotonic() < deadline:
+                    if goal is not None and time.monotonic() >= next_pub:
+                        target.publish(pose_to_msg(goal, quat, time.time_ns(), "base"))
+                        next_pub = time.monotonic() + 0.05
+                    rclpy.spin_once(node, timeout_sec=0.01)
+                    if until is not None and until():
+                        return True
+                return False
+
+            assert spin(60, until=lambda: len(poses) > 10 and modes), graph.log("controller")
+            start = poses[-1].copy()
+            quat = np.array([0.0, 1.0, 0.0, 0.0])  # tcp pointing down, as at the home pose
+            goal = start + np.array([0.05, -0.05, -0.05])
+            reached = spin(30, goal, quat, until=lambda: np.linalg.norm(poses[-1] - goal) < 0.01)
+            assert reached, f"error {np.linalg.norm(poses[-1] - goal):.4f}\n{graph.log('controller')}"
+            assert "active" in modes
+
+            graph.kill("hardware")  # the robot driver dies: joint_states stop
+            assert spin(10, until=lambda: modes[-1] == "estop"), modes
+            assert spin(5, until=lambda: "joint_states stale" in graph.log("controller")), graph.log("controller")
+            assert graph.is_running("controller")
+        finally:
+            node.destroy_node()
+            rclpy.shutdown()
