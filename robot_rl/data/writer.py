@@ -84,8 +84,8 @@ class EpisodeWriter:
                    is_intervention=t.is_intervention, segment_source=SEGMENT_SOURCES.index(t.segment_source.value),
                    segment_id=t.segment_id, policy_version=t.policy_version, obs_stamp=t.obs_stamp,
                    next_obs_stamp=t.next_obs_stamp)
-        for name, value in row.items():
-            self._buffer.setdefault(name, []).append(np.asarray(value))
+        for name, value in row.items():  # copies: the caller may reuse its arrays before the flush
+            self._buffer.setdefault(name, []).append(np.array(value, copy=True))
         self._last = t
         if len(self._buffer["action"]) >= self._flush_frames:
             self._flush()
