@@ -41,7 +41,7 @@ class EpisodeWriter:
         self._buffer: dict[str, list[np.ndarray]] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-writer") if background else None
         self._pending: Future[None] | None = None
-        self._last: Transition | None = None
+        self._last: dict[str, np.ndarray] | None = None  # a copy of the last step's next_observation
         self.done = False
 
     @property
@@ -73,7 +73,7 @@ class EpisodeWriter:
                     raise SpecError(f"{name}: expected shape ({schema.action_dim},), got {value.shape}")
         if self._last is not None:
             for k, v in t.observation.items():
-                if not np.array_equal(v, self._last.next_observation[k]):
+                if not np.array_equal(v, self._last[k]):
                     raise SpecError(f"{where}, step {step}, field observation.{k}: differs from the previous step's "
                                     "next_observation (steps of an episode must be consecutive)")
         nan_action = np.full(schema.action_dim, np.nan, dtype=np.float32)
@@ -86,7 +86,7 @@ class EpisodeWriter:
                    next_obs_stamp=t.next_obs_stamp)
         for name, value in row.items():  # copies: the caller may reuse its arrays before the flush
             self._buffer.setdefault(name, []).append(np.array(value, copy=True))
-        self._last = t
+        self._last = {k: np.array(v, copy=True) for k, v in t.next_observation.items()}
         if len(self._buffer["action"]) >= self._flush_frames:
             self._flush()
 
@@ -104,7 +104,7 @@ class EpisodeWriter:
             store._root.attrs["tasks"] = store.tasks
         for k in schema.observation:
             _append(store._get("meta", f"final_observation.{k}"), self.index,
-                    np.asarray(self._last.next_observation[k])[None])
+                    self._last[k][None])
         values = {"episode_id": self.episode_id, "task_index": store.tasks.index(self.task),
                   "success": -1 if success is None else int(bool(success))}
         for name, value in values.items():
