@@ -42,6 +42,7 @@ CONSOLE_SCRIPTS = [
     "safety_node = robot_rl.ros.safety_node:main",
     "sim_node = robot_rl.ros.sim_node:main",
     "controller_node = robot_rl.ros.controller_node:main",
+    "recorder_node = robot_rl.ros.recorder_node:main",
 ]
 
 setup(

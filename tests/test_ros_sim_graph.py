@@ -64,7 +64,7 @@ def test_sim_arm_graph(tmp_path: Path) -> None:
     fifo = tmp_path / "js0"
     os.mkfifo(fifo)  # the teleop node reads a gamepad that nobody touches
     description = load_launch_file("sim_arm_teleop.launch.yaml", {
-        "teleop_device": "gamepad", "teleop_device_path": str(fifo), "cameras": "[]"})
+        "teleop_device": "gamepad", "teleop_device_path": str(fifo), "cameras": "[]", "record": "false"})
     with launch(description, tmp_path / "logs") as graph:
         rclpy.init()
         probe = Probe()

@@ -1,0 +1,180 @@
+"""Recorder node: writes episodes from the graph's topics into a crash-safe episode store.
+
+At ``rate_hz`` it samples the latest ``joint_states`` (joint positions and velocities, gripper opening),
+``current_pose`` (tool pose, arms) and camera images (``cameras``: Image topics) into an observation, and
+records as the action the target in force: ``teleop/target_pose`` + ``teleop/gripper`` while the latched
+``intervention`` flag is true (steps marked as human interventions), else ``target_pose`` +
+``target_gripper`` from the policy; before any target it records holding the current pose. The action is
+an absolute tool target ``[x, y, z, qw, qx, qy, qz, gripper]`` in the base frame. ``episode_event``
+(String) ends episodes: success / failure commit, rerecord discards the take, stop commits and pauses
+recording until ``~/start``. A crash loses at most the open episode; earlier ones stay readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Bool, Float64, String
+from std_srvs.srv import Trigger
+
+from robot_rl.core.spaces import SpecError
+from robot_rl.core.transition import SegmentSource
+from robot_rl.data.schema import DatasetInfo
+from robot_rl.data.store import EpisodeStore
+from robot_rl.data.stream_recorder import StreamRecorder
+from robot_rl.robots import robot_module
+from robot_rl.ros.conversions import image_from_msg, joint_state_from_msg, pose_from_msg
+from robot_rl.ros.node_main import run_node
+from robot_rl.ros.params import declare_config
+
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+EVENTS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+
+
+@dataclass(frozen=True)
+class RecorderNodeConfig:
+    """Recorder node parameters."""
+
+    dataset: str = "robot_rl_demos.zarr"
+    """Episode store to append to (created when missing)."""
+    robot: str = "panda"
+    """Robot name (joint names, metadata)."""
+    rate_hz: float = 10.0
+    """Sampling rate = the dataset's fps; match the policy rate."""
+    task: str = ""
+    """Task text stored with the episodes."""
+    cameras: tuple[str, ...] = ()
+    """Image topics to record; the observation key is the topic's first segment (front/image_raw -> front)."""
+    max_steps: int = 3000
+    """Episodes longer than this are cut (committed as truncated)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate_hz <= 200:
+            raise ValueError(f"rate_hz must be in (0, 200], got {self.rate_hz}")
+        if self.max_steps < 2:
+            raise ValueError(f"max_steps must be >= 2, got {self.max_steps}")
+
+
+class RecorderNode(Node):
+    """Samples the graph at a fixed rate and appends episodes to the store."""
+
+    def __init__(self) -> None:
+        super().__init__("recorder")
+        cfg = self.config = declare_config(self, RecorderNodeConfig)
+        emb = robot_module(cfg.robot).EMBODIMENT
+        self.joints, self.gripper_joints = list(emb.joint_names), list(emb.gripper_joints)
+        path = Path(cfg.dataset).expanduser()
+        if path.exists():
+            self.store = EpisodeStore.open(path, mode="a")
+        else:
+            self.store = EpisodeStore.create(path, DatasetInfo(robot=cfg.robot, fps=cfg.rate_hz, task=cfg.task,
+                                                               source="ros:recorder_node"))
+        self.recorder = StreamRecorder(self.store, task=cfg.task or None, max_steps=cfg.max_steps)
+        self.active = True
+        self.human = False
+        self.joint: tuple[np.ndarray, np.ndarray, float] | None = None
+        self.pose: tuple[np.ndarray, np.ndarray] | None = None
+        self.images: dict[str, np.ndarray] = {}
+        self.targets: dict[str, tuple[np.ndarray, np.ndarray] | None] = {"policy": None, "human": None}
+        self.grippers = {"policy": 1.0, "human": 1.0}
+        self.create_subscription(JointState, "joint_states", self._on_joints, qos_profile_sensor_data)
+        self.create_subscription(PoseStamped, "current_pose", self._on_pose, qos_profile_sensor_data)
+        self.create_subscription(PoseStamped, "target_pose", lambda m: self._on_target(m, "policy"), 10)
+        self.create_subscription(PoseStamped, "teleop/target_pose", lambda m: self._on_target(m, "human"), 10)
+        self.create_subscription(Float64, "target_gripper", lambda m: self._on_gripper(m, "policy"), 10)
+        self.create_subscription(Float64, "teleop/gripper", lambda m: self._on_gripper(m, "human"), 10)
+        self.create_subscription(Bool, "intervention", lambda m: setattr(self, "human", bool(m.data)), LATCHED)
+        self.create_subscription(String, "episode_event", self._on_event, EVENTS)
+        for topic in cfg.cameras:
+            key = topic.strip("/").split("/")[0]
+            self.create_subscription(Image, topic, lambda m, k=key: self._on_image(m, k), qos_profile_sensor_data)
+        self.pub_status = self.create_publisher(String, "recorder/status", LATCHED)
+        self.create_service(Trigger, "~/start", self._on_start)
+        self.create_timer(1.0 / cfg.rate_hz, self._tick)
+        self.get_logger().info(f"recording {cfg.robot} at {cfg.rate_hz:g} Hz into {path} "
+                               f"({self.store.num_episodes} episodes already)")
+
+    def _on_joints(self, msg: JointState) -> None:
+        try:
+            _, q, dq, _ = joint_state_from_msg(msg, self.joints)
+            grip = joint_state_from_msg(msg, self.gripper_joints)[1] if self.gripper_joints else np.zeros(0)
+        except SpecError as exc:
+            self.get_logger().warn(f"skipping joint_states: {exc}", throttle_duration_sec=1.0)
+            return
+        self.joint = (q, np.nan_to_num(dq), float(np.sum(grip)))
+
+    def _on_pose(self, msg: PoseStamped) -> None:
+        try:
+            self.pose = pose_from_msg(msg)
+        except SpecError as exc:
+            self.get_logger().warn(f"skipping current_pose: {exc}", throttle_duration_sec=1.0)
+
+    def _on_target(self, msg: PoseStamped, source: str) -> None:
+        with contextlib.suppress(SpecError):  # the controller refuses it too: the action in force stays
+            self.targets[source] = pose_from_msg(msg)
+
+    def _on_gripper(self, msg: Float64, source: str) -> None:
+        if np.isfinite(msg.data):
+            self.grippers[source] = float(np.clip(msg.data, 0.0, 1.0))
+
+    def _on_image(self, msg: Image, key: str) -> None:
+        try:
+            self.images[key] = np.array(image_from_msg(msg))
+        except SpecError as exc:
+            self.get_logger().warn(f"skipping image {key}: {exc}", throttle_duration_sec=1.0)
+
+    def _on_event(self, msg: String) -> None:
+        event = msg.data.strip().lower()
+        if event not in ("success", "failure", "stop", "rerecord"):
+            self.get_logger().warn(f"unknown episode event {msg.data!r}")
+            return
+        index = self.recorder.end(event)
+        if event == "stop":
+            self.active = False
+        outcome = "discarded" if index is None else f"committed as episode {index}"
+        self.get_logger().info(f"{event}: {outcome}")
+        self._status()
+
+    def _on_start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self.active = True
+        response.success, response.message = True, "recording"
+        return response
+
+    def _status(self) -> None:
+        state = f"episode open, {self.recorder.steps} steps" if self.recorder.recording else "idle"
+        self.pub_status.publish(String(data=f"{state}; {self.store.num_episodes} episodes in store"))
+
+    def _tick(self) -> None:
+        if not self.active or self.joint is None or self.pose is None:
+            return
+        if any(key not in self.images for key in (t.strip("/").split("/")[0] for t in self.config.cameras)):
+            return
+        q, dq, width = self.joint
+        position, quat = self.pose
+        obs = {"joint_pos": q.astype(np.float32), "joint_vel": dq.astype(np.float32),
+               "gripper_width": np.array([width], np.float32), "tcp_pos": position.astype(np.float32),
+               "tcp_quat": quat.astype(np.float32), **self.images}
+        source = "human" if self.human else "policy"
+        target = self.targets[source] or (position, quat)
+        action = np.r_[target[0], target[1], self.grippers[source]].astype(np.float32)
+        now = self.get_clock().now().nanoseconds * 1e-9
+        self.recorder.add(obs, action, SegmentSource.HUMAN if self.human else SegmentSource.POLICY, now)
+        if self.recorder.steps % 50 == 0:
+            self._status()
+
+    def close(self) -> None:
+        """Commit the open episode as truncated and release the store."""
+        self.recorder.close()
+        self.store.close()
+
+
+def main(args: list[str] | None = None) -> int:
+    """``ros2 run robot_rl recorder_node``."""
+    return run_node(RecorderNode, args)

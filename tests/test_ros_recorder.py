@@ -1,0 +1,91 @@
+"""Teleop data collection on the sim graph: the recorder writes marked interventions into a valid store."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+from std_msgs.msg import Bool, String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from robot_rl.data.store import EpisodeStore  # noqa: E402
+from robot_rl.ros.launch_processes import launch  # noqa: E402
+from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.teleop_node import LATCHED  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+
+def _js(value: int, kind: int, number: int) -> bytes:
+    return struct.pack("<IhBB", 0, value, kind, number)
+
+
+def test_teleop_session_is_recorded_with_interventions(tmp_path: Path) -> None:
+    fifo, dataset = tmp_path / "js0", tmp_path / "demos.zarr"
+    os.mkfifo(fifo)
+    description = load_launch_file("sim_arm_teleop.launch.yaml", {
+        "teleop_device": "gamepad", "teleop_device_path": str(fifo), "cameras": "[]", "dataset": str(dataset)})
+    status: list[str] = []
+    intervention: list[bool] = []
+    with launch(description, tmp_path / "logs") as graph:
+        rclpy.init()
+        node = rclpy.create_node("recorder_probe")
+        writer = None
+        try:
+            node.create_subscription(String, "/recorder/status", lambda m: status.append(m.data), LATCHED)
+            node.create_subscription(Bool, "/intervention", lambda m: intervention.append(m.data), LATCHED)
+            clients = {e: node.create_client(Trigger, f"/teleop/{e}") for e in ("success", "rerecord")}
+
+            def spin(seconds, until=None):  # type: ignore[no-untyped-def]
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    rclpy.spin_once(node, timeout_sec=0.02)
+                    if until is not None and until():
+                        return True
+                return False
+
+            def call(event):  # type: ignore[no-untyped-def]
+                assert clients[event].wait_for_service(timeout_sec=10)
+                future = clients[event].call_async(Trigger.Request())
+                assert spin(10, until=future.done)
+
+            assert spin(60, until=lambda: any("episode open" in s for s in status)), graph.log("recorder")
+            writer = os.open(fifo, os.O_WRONLY)
+            spin(1.0)  # policy (idle) in control first
+            os.write(writer, _js(1, 0x01, 4) + _js(-32767, 0x02, 1))  # take over, push forward
+            assert spin(10, until=lambda: intervention and intervention[-1])
+            spin(2.0)
+            os.write(writer, _js(0, 0x01, 4) + _js(0, 0x02, 1))  # hand back
+            spin(1.0)
+            call("success")
+            assert spin(10, until=lambda: any("1 episodes in store" in s for s in status)), status
+            spin(1.0)
+            call("rerecord")  # the second take is thrown away
+            assert spin(10, until=lambda: "rerecord: discarded" in graph.log("recorder"))
+        finally:
+            if writer is not None:
+                os.close(writer)
+            node.destroy_node()
+            rclpy.shutdown()
+
+    with EpisodeStore.open(dataset) as store:
+        assert store.num_episodes == 1  # the final stop at shutdown adds nothing but the open take, if any
+        info = store.episode_info(0)
+        assert info.success is True and info.length > 30  # ~4 s at 10 Hz
+        ep = store.read_episode(0)
+        human = ep["is_intervention"].astype(bool)
+        assert human.any() and (~human).any()
+        segments = ep["segment_id"]
+        assert list(np.unique(segments)) == [0, 1, 2]  # policy -> human -> policy
+        assert np.all(segments[human] == 1)
+        target_x = ep["action"][human, 0]
+        assert target_x[-1] - target_x[0] > 0.15  # the human pushed the target along +x (0.15 m/s for ~2 s)
+        tcp_x = ep["observation.tcp_pos"][:, 0] if "observation.tcp_pos" in ep else ep["tcp_pos"][:, 0]
+        assert tcp_x.max() - tcp_x[0] > 0.1  # and the simulated arm followed
+        assert bool(ep["terminated"][-1])
