@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "demo": "robot_rl.cli.demo",
     "launch": "robot_rl.cli.launch",
     "data": "robot_rl.cli.data",
+    "train": "robot_rl.cli.train",
+    "eval": "robot_rl.cli.eval",
     "sim": "robot_rl.cli.sim",
 }
 

@@ -1,0 +1,366 @@
+"""The one policy interface: reset, select_action / predict_chunk, compute_loss, save / load, hot-swap.
+
+Shapes (as in diffusion_policy's base policy): observations ``(B, To, ...)`` with ``To = n_obs_steps``
+-> action chunks ``(B, H, A)`` with ``H = horizon``. Subclasses only say how an action chunk is generated
+(``_loss`` on normalised chunks and ``_sample`` from noise); normalisation, observation history, chunk
+execution, checkpoints and weight hot-swap live here once.
+
+Checkpoints are a folder with ``model.safetensors`` (weights + normaliser statistics) and ``policy.json``
+(policy type, config, data spec, weights version). Loading checks the type, the config and every tensor
+name and shape before anything is copied, and raises :class:`CheckpointError` naming what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from robot_rl.core.config import ConfigError, config_to_dict, load_config
+from robot_rl.core.spaces import SpecError
+from robot_rl.policies.chunking import ChunkExecutor, ExecutorConfig
+from robot_rl.policies.encoders import ObsEncoder
+from robot_rl.policies.normalizer import Normalizer
+from robot_rl.policies.unet1d import ConditionalUnet1D
+
+CHECKPOINT_FORMAT = "robot_rl.policy"
+WEIGHTS_FILE = "model.safetensors"
+META_FILE = "policy.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint does not match the policy (type, config, tensor names or shapes); says what differs."""
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What the data looks like: state vector sizes, image shapes and the action size."""
+
+    state_dims: dict[str, int]
+    """Observation key -> length of its (flattened) state vector."""
+    image_shapes: dict[str, tuple[int, int, int]]
+    """Observation key -> (H, W, C) of its uint8 images."""
+    action_dim: int
+    """Length of an action vector."""
+
+    def __post_init__(self) -> None:
+        if self.action_dim < 1:
+            raise SpecError(f"action: dimension must be >= 1, got {self.action_dim}")
+        if not self.state_dims and not self.image_shapes:
+            raise SpecError("observation: a policy needs at least one state or image key")
+        for key, dim in self.state_dims.items():
+            if dim < 1:
+                raise SpecError(f"observation.{key}: dimension must be >= 1, got {dim}")
+        for key, shape in self.image_shapes.items():
+            if len(shape) != 3 or min(shape) < 1:
+                raise SpecError(f"observation.{key}: image shape must be (H, W, C), got {shape}")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe form (stored in policy.json)."""
+        return {"state_dims": dict(self.state_dims),
+                "image_shapes": {k: list(v) for k, v in self.image_shapes.items()}, "action_dim": self.action_dim}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PolicySpec:
+        """Inverse of :meth:`to_json`."""
+        return cls(state_dims={k: int(v) for k, v in data["state_dims"].items()},
+                   image_shapes={k: (int(v[0]), int(v[1]), int(v[2])) for k, v in data["image_shapes"].items()},
+                   action_dim=int(data["action_dim"]))
+
+
+@dataclass
+class PolicyConfig:
+    """Settings every policy shares; subclasses add their generative-model settings."""
+
+    n_obs_steps: int = 2
+    """Observation history length To fed to the policy."""
+    horizon: int = 16
+    """Length H of a predicted action chunk (a multiple of the U-Net's downsampling factor)."""
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    """How chunks are executed (steps per chunk, ensembling or blending)."""
+    state_keys: list[str] | None = None
+    """Observation keys used as state; None: every non-image key of the dataset."""
+    image_keys: list[str] = field(default_factory=list)
+    """Camera keys fed to the CNN encoder; empty: a state-only policy."""
+    unet_channels: tuple[int, ...] = (64, 128)
+    """Channels of the U-Net levels (each level after the first halves the time axis)."""
+    kernel_size: int = 5
+    """Temporal convolution kernel of the U-Net."""
+    image_feature_dim: int = 64
+    """Features per camera per observation step from the CNN."""
+    crop_pad: int = 4
+    """Random-shift augmentation in pixels (training only)."""
+    state_norm: Literal["minmax", "meanstd"] = "minmax"
+    """Normalisation of state features (actions are always min-max scaled to [-1, 1])."""
+
+    def __post_init__(self) -> None:
+        if self.n_obs_steps < 1:
+            raise ValueError(f"n_obs_steps: must be >= 1, got {self.n_obs_steps}")
+        if not self.unet_channels or min(self.unet_channels) < 8 or any(c % 8 for c in self.unet_channels):
+            raise ValueError(f"unet_channels: need at least one level, each a multiple of 8, got {self.unet_channels}")
+        factor = 2 ** (len(self.unet_channels) - 1)
+        if self.horizon < 1 or self.horizon % factor:
+            raise ValueError(f"horizon: must be a positive multiple of {factor} for {len(self.unet_channels)} "
+                             f"U-Net levels, got {self.horizon}")
+        if self.executor.n_action_steps > self.horizon:
+            raise ValueError(f"executor.n_action_steps: {self.executor.n_action_steps} exceeds horizon {self.horizon}")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size: must be odd and positive, got {self.kernel_size}")
+        if self.image_feature_dim < 1 or self.crop_pad < 0:
+            raise ValueError("image_feature_dim must be >= 1 and crop_pad >= 0")
+
+
+Batch = Mapping[str, Any]
+"""Training batch: "obs" -> {key: (B, To, ...)}, "action" -> (B, H, A) raw, optionally "task" -> list[str]."""
+
+
+class Policy(nn.Module):
+    """Base class; see the module docstring. Subclasses set ``name``, ``config_cls``, ``n_times``."""
+
+    name: ClassVar[str] = "base"
+    config_cls: ClassVar[type[PolicyConfig]] = PolicyConfig
+    n_times: ClassVar[int] = 1
+
+    def __init__(self, config: PolicyConfig, spec: PolicySpec) -> None:
+        super().__init__()
+        if not isinstance(config, self.config_cls):
+            raise ConfigError(f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(config).__name__}")
+        self.config, self.spec = config, spec
+        self.state_keys = list(spec.state_dims)
+        self.image_keys = list(spec.image_shapes)
+        self.normalizer = Normalizer({"action": spec.action_dim, **spec.state_dims},
+                                     {"action": "minmax", **{k: config.state_norm for k in spec.state_dims}})
+        self.encoder = ObsEncoder(spec.state_dims, spec.image_shapes, config.n_obs_steps, config.image_feature_dim,
+                                  config.crop_pad)
+        self.net = ConditionalUnet1D(spec.action_dim, self.cond_dim(), self.n_times, tuple(config.unet_channels),
+                                     config.kernel_size)
+        self.version = 0
+        self._history: deque[dict[str, np.ndarray]] = deque(maxlen=config.n_obs_steps)
+        self.executor = ChunkExecutor(config.executor, spec.action_dim)
+        self._pending: tuple[dict[str, torch.Tensor], int] | None = None
+        self._swap_lock = threading.Lock()
+        self.task: str = ""
+
+    # ========================================================================= to override
+    def cond_dim(self) -> int:
+        """Size of the conditioning vector (the observation encoder's output by default)."""
+        return self.encoder.out_dim
+
+    def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss on normalised action chunks (B, H, A) given the conditioning (B, C)."""
+        raise NotImplementedError
+
+    def _sample(self, noise: torch.Tensor, cond: torch.Tensor, num_steps: int | None) -> torch.Tensor:
+        """Normalised action chunks (B, H, A) generated from Gaussian ``noise`` of that shape."""
+        raise NotImplementedError
+
+    def condition(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
+        """Conditioning vector from a batch of observation histories (the VLA adds language)."""
+        states = {k: self.normalizer.normalize(k, obs[k].float().flatten(2)) for k in self.state_keys}
+        return self.encoder(states, {k: obs[k] for k in self.image_keys})
+
+    # ========================================================================= training
+    def set_stats(self, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        """Fit the normaliser to dataset statistics: keys "action" and each state key."""
+        self.normalizer.fit(stats)
+
+    def compute_loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        """Scalar training loss and float metrics for logging."""
+        if not bool(self.normalizer.fitted):
+            raise RuntimeError("normaliser not fitted: call set_stats(dataset statistics) before training")
+        cond = self.condition(batch["obs"], batch.get("task"))
+        actions = self.normalizer.normalize("action", batch["action"].float())
+        return self._loss(actions, cond)
+
+    # ========================================================================= inference
+    @torch.no_grad()
+    def predict_chunk(self, obs: Mapping[str, Any], num_steps: int | None = None,
+                      generator: torch.Generator | None = None, task: str | list[str] | None = None) -> np.ndarray:
+        """Raw action chunk(s): histories {key: (To, ...)} -> (H, A); batched {key: (B, To, ...)} -> (B, H, A)."""
+        batch, single = self._check_obs(obs)
+        was_training = self.training
+        self.eval()
+        try:
+            b = next(iter(batch.values())).shape[0]
+            tasks = [task] * b if isinstance(task, str) else (task if task is not None else [self.task] * b)
+            cond = self.condition(batch, list(tasks))
+            noise = torch.randn((b, self.config.horizon, self.spec.action_dim), generator=generator)
+            chunk = self.normalizer.unnormalize("action", self._sample(noise, cond, num_steps)).numpy()
+        finally:
+            self.train(was_training)
+        return chunk[0] if single else chunk
+
+    def reset(self) -> None:
+        """Start a new episode: clear the observation history and the executor; apply staged weights."""
+        self._history.clear()
+        self.executor.reset()
+        self._apply_pending()
+
+    def select_action(self, obs: Mapping[str, Any], generator: torch.Generator | None = None) -> np.ndarray:
+        """One action (A,) for the current single-step observation; predicts a new chunk when one is due."""
+        step = {k: np.asarray(obs[k]) if k in obs else None for k in (*self.state_keys, *self.image_keys)}
+        missing = [k for k, v in step.items() if v is None]
+        if missing:
+            raise SpecError(f"observation: missing key(s) {missing}")
+        if not self._history:
+            self._history.extend([step] * self.config.n_obs_steps)  # type: ignore[list-item]
+        else:
+            self._history.append(step)  # type: ignore[arg-type]
+        if self.executor.needs_chunk():
+            self._apply_pending()
+            stacked = {k: np.stack([h[k] for h in self._history]) for k in step}
+            self.executor.add_chunk(self.predict_chunk(stacked, generator=generator))
+        return self.executor.next_action()
+
+    def _check_obs(self, obs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], bool]:
+        out: dict[str, torch.Tensor] = {}
+        single = None
+        to = self.config.n_obs_steps
+        for key in (*self.state_keys, *self.image_keys):
+            if key not in obs:
+                raise SpecError(f"observation.{key}: missing (policy needs {self.state_keys + self.image_keys})")
+            arr = np.asarray(obs[key])
+            if key in self.spec.image_shapes:
+                want: tuple[int, ...] = self.spec.image_shapes[key]
+                if arr.dtype != np.uint8:
+                    raise SpecError(f"observation.{key}: images must be uint8, got {arr.dtype}")
+            else:
+                want = (self.spec.state_dims[key],)
+                if arr.ndim >= 2 and arr.shape[0] == to and int(np.prod(arr.shape[1:])) == want[0]:
+                    arr = arr.reshape(to, want[0])
+                elif arr.ndim >= 3 and arr.shape[1] == to and int(np.prod(arr.shape[2:])) == want[0]:
+                    arr = arr.reshape(arr.shape[0], to, want[0])
+                if not np.all(np.isfinite(arr)):
+                    raise SpecError(f"observation.{key}: contains NaN or inf")
+            is_single = arr.shape == (to, *want)
+            if not is_single and arr.shape[1:] != (to, *want):
+                raise SpecError(f"observation.{key}: expected shape ({to}, {', '.join(map(str, want))}) or batched "
+                                f"(B, {to}, ...), got {arr.shape}")
+            if single is not None and single != is_single:
+                raise SpecError(f"observation.{key}: batched and unbatched keys mixed")
+            single = is_single
+            t = torch.from_numpy(np.ascontiguousarray(arr))
+            out[key] = t[None] if is_single else t
+        return out, bool(single)
+
+    # ========================================================================= checkpoints
+    def metadata(self) -> dict[str, Any]:
+        """What policy.json holds."""
+        return {"format": CHECKPOINT_FORMAT, "type": self.name, "version": self.version,
+                "config": config_to_dict(self.config), "spec": self.spec.to_json()}
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``model.safetensors`` and ``policy.json`` into folder ``path`` (created)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
+        save_file(tensors, str(path / WEIGHTS_FILE), metadata={"type": self.name, "version": str(self.version)})
+        (path / META_FILE).write_text(json.dumps(self.metadata(), indent=2), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Policy:
+        """Build the policy a checkpoint folder describes and load its weights (no pickle anywhere)."""
+        from robot_rl.policies import get_policy_class
+
+        meta = read_metadata(path)
+        klass = get_policy_class(meta["type"])
+        if cls is not Policy and not issubclass(klass, cls):
+            raise CheckpointError(f"{path}: holds a {meta['type']!r} policy, not a {cls.name!r} policy")
+        config = load_config(klass.config_cls, meta["config"])
+        try:
+            spec = PolicySpec.from_json(meta["spec"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: malformed 'spec' in {META_FILE} ({exc})") from exc
+        policy = klass(config, spec)
+        policy.load_state_dict(policy._checked_tensors(path), strict=True)
+        policy.version = int(meta.get("version", 0))
+        return policy
+
+    def load_weights(self, path: str | Path, version: int | None = None, immediately: bool = False) -> int:
+        """Hot swap: stage the weights of a checkpoint of the SAME policy; they take effect between chunks.
+
+        Everything is checked now (type, config, spec, names, shapes, finiteness), so a bad checkpoint
+        raises here and the running weights stay. Returns the staged version (default: the file's + 0, or
+        the current version + 1 if that is not newer).
+        """
+        meta = read_metadata(path)
+        if meta["type"] != self.name:
+            raise CheckpointError(f"{path}: holds a {meta['type']!r} policy; this one is {self.name!r}")
+        mine = self.metadata()
+        for part in ("config", "spec"):
+            diff = _diff(mine[part], meta[part], part)
+            if diff:
+                raise CheckpointError(f"{path}: {part} differs from the running policy: {'; '.join(diff)}")
+        tensors = self._checked_tensors(path)
+        new_version = int(version) if version is not None else max(int(meta.get("version", 0)), self.version + 1)
+        with self._swap_lock:
+            self._pending = (tensors, new_version)
+        if immediately:
+            self._apply_pending()
+        return new_version
+
+    def _apply_pending(self) -> None:
+        with self._swap_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self.load_state_dict(pending[0], strict=True)
+            self.version = pending[1]
+
+    def _checked_tensors(self, path: str | Path) -> dict[str, torch.Tensor]:
+        file = Path(path) / WEIGHTS_FILE
+        if not file.is_file():
+            raise CheckpointError(f"{path}: no {WEIGHTS_FILE}")
+        tensors = load_file(str(file))
+        own = self.state_dict()
+        problems = [f"missing tensor {k!r}" for k in own if k not in tensors]
+        problems += [f"unexpected tensor {k!r}" for k in tensors if k not in own]
+        problems += [f"tensor {k!r} has shape {tuple(tensors[k].shape)}, the policy needs {tuple(v.shape)}"
+                     for k, v in own.items() if k in tensors and tensors[k].shape != v.shape]
+        problems += [f"tensor {k!r} has non-finite values" for k, v in tensors.items()
+                     if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if problems:
+            more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise CheckpointError(f"{file}: does not match the {self.name} policy: {'; '.join(problems[:5])}{more}")
+        return tensors
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """policy.json of a checkpoint folder, checked for the fields every loader needs."""
+    file = Path(path) / META_FILE
+    if not file.is_file():
+        raise CheckpointError(f"{path}: not a policy checkpoint (no {META_FILE})")
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{file}: not valid JSON ({exc})") from exc
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{file}: 'format' must be {CHECKPOINT_FORMAT!r}")
+    for key in ("type", "config", "spec"):
+        if key not in meta:
+            raise CheckpointError(f"{file}: missing field {key!r}")
+    return meta
+
+
+def _diff(a: Any, b: Any, prefix: str) -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _diff(a.get(k), b.get(k), f"{prefix}.{k}")
+        return out
+    return [] if a == b else [f"{prefix} is {b!r} in the checkpoint, {a!r} here"]
+
+
+def replace_config(config: PolicyConfig, **changes: Any) -> PolicyConfig:
+    """A copy of ``config`` with fields changed (checks run again)."""
+    return dataclasses.replace(config, **changes)

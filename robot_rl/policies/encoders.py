@@ -1,0 +1,71 @@
+"""Observation encoders: normalised state history plus a tiny CNN per camera with random-shift augmentation.
+
+The output is one flat conditioning vector per sample, which the action networks take through FiLM.
+Images come in as uint8 (B, T, H, W, C) exactly as the dataset stores them; the scaling to [0, 1] and the
+augmentation (DrQ-style random shifts by up to ``pad`` pixels, training only) happen here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Shift each image (N, C, H, W) by a random integer offset in [-pad, pad] (edges replicated)."""
+    if pad <= 0:
+        return images
+    n, _, h, w = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
+    oy = torch.randint(0, 2 * pad + 1, (n,), generator=generator, device=images.device)
+    ox = torch.randint(0, 2 * pad + 1, (n,), generator=generator, device=images.device)
+    rows = (oy[:, None] + torch.arange(h, device=images.device))[:, None, :, None]
+    cols = (ox[:, None] + torch.arange(w, device=images.device))[:, None, None, :]
+    batch = torch.arange(n, device=images.device)[:, None, None, None]
+    chan = torch.arange(images.shape[1], device=images.device)[None, :, None, None]
+    return padded[batch, chan, rows, cols]
+
+
+class TinyCNN(nn.Module):
+    """Three strided convolutions, global average pooling and a linear layer: (N, C, H, W) -> (N, out_dim)."""
+
+    def __init__(self, in_channels: int, out_dim: int, width: int = 32) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, width, 3, stride=2, padding=1), nn.GroupNorm(8, width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride=2, padding=1), nn.GroupNorm(8, width), nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), nn.GroupNorm(8, 2 * width), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, out_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, C, H, W) float in [0, 1] -> (N, out_dim)."""
+        return self.net(x)
+
+
+class ObsEncoder(nn.Module):
+    """(normalised states, uint8 images) over ``n_obs_steps`` -> one conditioning vector (B, out_dim)."""
+
+    def __init__(self, state_dims: Mapping[str, int], image_shapes: Mapping[str, tuple[int, int, int]],
+                 n_obs_steps: int, image_feature_dim: int = 64, crop_pad: int = 4) -> None:
+        super().__init__()
+        self.state_keys = list(state_dims)
+        self.image_keys = list(image_shapes)
+        self.crop_pad = crop_pad
+        self.cnns = nn.ModuleDict({key.replace(".", "__"): TinyCNN(shape[-1], image_feature_dim)
+                                   for key, shape in image_shapes.items()})
+        self.out_dim = n_obs_steps * (sum(state_dims.values()) + image_feature_dim * len(self.image_keys))
+
+    def forward(self, states: Mapping[str, torch.Tensor], images: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """states: key -> (B, T, d) normalised; images: key -> (B, T, H, W, C) uint8."""
+        parts = [states[k] for k in self.state_keys]
+        for key in self.image_keys:
+            img = images[key]
+            b, t = img.shape[:2]
+            x = img.reshape(b * t, *img.shape[2:]).permute(0, 3, 1, 2).float() / 255.0
+            if self.training:
+                x = random_shift(x, self.crop_pad)
+            parts.append(self.cnns[key.replace(".", "__")](x).reshape(b, t, -1))
+        return torch.cat(parts, dim=-1).flatten(1)

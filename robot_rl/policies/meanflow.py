@@ -1,0 +1,125 @@
+"""One-step MeanFlow policy with dispersive regularisation (DM1).
+
+Time runs from noise (0) to action (1): z_t = (1 - t) * noise + t * action, v = action - noise. The network
+predicts the average velocity u(z_t, t, s) over [t, s] (s >= t), so z_s = z_t + (s - t) * u, and one step
+from noise gives ``action = noise + u(noise, 0, 1)``. Differentiating (s - t) u = int_t^s v with respect to
+t gives the MeanFlow identity u = v + (s - t) * du/dt with du/dt = v . d_z u + d_t u, computed with ONE
+forward-mode JVP (torch.func.jvp, tangents (v, 1, 0)). The regression target is stop-gradient; the
+per-sample loss is weighted adaptively by 1 / (loss + eps)^p. The dispersive loss (InfoNCE with L2
+distances, no positives) spreads the U-Net bottleneck features of a batch apart to avoid collapsed
+representations. The network sees (t, s - t) as its two time inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+from torch.func import jvp
+from torch.nn import functional as F
+
+from robot_rl.policies.base import Policy, PolicyConfig
+
+
+@dataclass
+class MeanFlowConfig(PolicyConfig):
+    """MeanFlow / DM1 settings (defaults from the MeanFlow paper's code and DM1)."""
+
+    num_inference_steps: int = 1
+    """Steps at inference (1 = one network evaluation per chunk)."""
+    flow_ratio: float = 0.75
+    """Fraction of each batch with s = t (plain flow matching); the rest has s > t."""
+    time_sampling: Literal["logit_normal", "uniform"] = "logit_normal"
+    """Distribution of the two times t <= s."""
+    time_mean: float = 0.4
+    """Mean of the logit-normal time distribution (toward the action end; the paper's -0.4 mirrored)."""
+    time_std: float = 1.0
+    """Std of the logit-normal time distribution."""
+    adaptive_power: float = 1.0
+    """p of the adaptive weight 1 / (loss + eps)^p (0 disables)."""
+    adaptive_eps: float = 0.01
+    """eps of the adaptive weight."""
+    dispersive_weight: float = 0.25
+    """lambda of the dispersive loss (0 disables)."""
+    dispersive_temperature: float = 0.5
+    """tau of the InfoNCE-L2 dispersive loss (squared distances of unit-normalised features)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_inference_steps < 1:
+            raise ValueError(f"num_inference_steps: must be >= 1, got {self.num_inference_steps}")
+        if not 0.0 <= self.flow_ratio <= 1.0:
+            raise ValueError(f"flow_ratio: must be in [0, 1], got {self.flow_ratio}")
+        for name in ("time_std", "adaptive_eps", "dispersive_temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.adaptive_power < 0 or self.dispersive_weight < 0:
+            raise ValueError("adaptive_power and dispersive_weight must be >= 0")
+
+
+def dispersive_loss(hidden: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-mean over pairs i != j of exp(-||h_i - h_j||^2 / tau) over L2-normalised features (B, D).
+
+    Normalising first keeps the loss bounded (it cannot win by inflating the feature scale).
+    """
+    b = hidden.shape[0]
+    if b < 2:
+        return hidden.sum() * 0.0
+    unit = F.normalize(hidden, dim=1)
+    dist = (2 - 2 * unit @ unit.T).clamp_min(0)
+    off = ~torch.eye(b, dtype=torch.bool)
+    logits = -dist[off] / temperature
+    return torch.logsumexp(logits, 0) - torch.log(torch.tensor(float(logits.numel())))
+
+
+class MeanFlowPolicy(Policy):
+    """U-Net predicting average velocities; one network evaluation per action chunk."""
+
+    name: ClassVar[str] = "meanflow"
+    config_cls: ClassVar[type[PolicyConfig]] = MeanFlowConfig
+    config: MeanFlowConfig
+    n_times: ClassVar[int] = 2
+
+    def _times(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.config
+        if cfg.time_sampling == "uniform":
+            pair = torch.rand(b, 2)
+        else:
+            pair = torch.sigmoid(torch.randn(b, 2) * cfg.time_std + cfg.time_mean)
+        t, s = pair.min(dim=1).values, pair.max(dim=1).values
+        flow = torch.rand(b) < cfg.flow_ratio
+        return t, torch.where(flow, t, s)
+
+    def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg = self.config
+        b = actions.shape[0]
+        noise = torch.randn_like(actions)
+        t, s = self._times(b)
+        z = (1 - t[:, None, None]) * noise + t[:, None, None] * actions
+        v = actions - noise
+
+        def u_fn(z_: torch.Tensor, t_: torch.Tensor, s_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.net(z_, torch.stack([t_, s_ - t_], dim=1), cond)
+
+        u, dudt, hidden = jvp(  # type: ignore[misc]
+            u_fn, (z, t, s), (v, torch.ones_like(t), torch.zeros_like(s)), has_aux=True)
+        target = (v + (s - t).clamp(0, 1)[:, None, None] * dudt).detach()
+        per_sample = (u - target).pow(2).flatten(1).sum(1)
+        weight = 1.0 / (per_sample.detach() + cfg.adaptive_eps) ** cfg.adaptive_power
+        mf_loss = (weight * per_sample).mean()
+        disp = dispersive_loss(hidden, cfg.dispersive_temperature) if cfg.dispersive_weight > 0 else u.sum() * 0
+        loss = mf_loss + cfg.dispersive_weight * disp
+        return loss, {"loss": loss.item(), "meanflow_mse": per_sample.mean().item() / u[0].numel(),
+                      "dispersive": disp.item()}
+
+    def _sample(self, noise: torch.Tensor, cond: torch.Tensor, num_steps: int | None) -> torch.Tensor:
+        steps = self.config.num_inference_steps if num_steps is None else int(num_steps)
+        if steps < 1:
+            raise ValueError(f"num_steps: must be >= 1, got {steps}")
+        x, dt = noise, 1.0 / steps
+        b = noise.shape[0]
+        for i in range(steps):
+            times = torch.tensor([[i * dt, dt]]).expand(b, 2)
+            x = x + dt * self.net(x, times, cond)[0]
+        return x

@@ -1,0 +1,1 @@
+"""The one training loop for every policy (dataset windows, optimisation, checkpoints, resume) and evaluation."""

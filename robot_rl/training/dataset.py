@@ -1,0 +1,105 @@
+"""Training windows from an episode store: observation history and action chunk around every step.
+
+The whole dataset is read into memory once (state-only pick-and-lift with 100 demos is a few MB; small
+camera images are a few hundred MB), then batches are gathered with numpy indexing. A window never
+crosses an episode boundary: observations before the episode start repeat the first frame and actions
+past the end repeat the last action, as in diffusion_policy's sequence sampler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robot_rl.data.schema import DatasetError
+from robot_rl.data.stats import compute_stats
+from robot_rl.data.store import EpisodeStore
+from robot_rl.policies.base import PolicySpec
+
+
+class ChunkDataset:
+    """In-memory episodes with window sampling; ``batch(indices)`` gives the policies' batch layout."""
+
+    def __init__(self, columns: dict[str, np.ndarray], actions: np.ndarray, episode_ends: np.ndarray,
+                 tasks: Sequence[str], image_keys: Sequence[str], n_obs_steps: int, horizon: int) -> None:
+        self.columns, self.actions = columns, actions
+        self.ends = np.asarray(episode_ends, dtype=np.int64)
+        self.starts = np.concatenate([[0], self.ends[:-1]])
+        self.tasks = list(tasks)
+        self.image_keys = list(image_keys)
+        self.n_obs_steps, self.horizon = n_obs_steps, horizon
+        n = len(actions)
+        if self.ends.size == 0 or self.ends[-1] != n:
+            raise DatasetError(f"episode ends {self.ends[-3:].tolist()} do not cover the {n} frames")
+        for key, values in columns.items():
+            if len(values) != n:
+                raise DatasetError(f"observation.{key}: {len(values)} frames, the actions have {n}")
+        if not np.all(np.isfinite(actions)):
+            raise DatasetError("action: contains NaN or inf; clean the dataset before training")
+        self.episode_of = np.repeat(np.arange(self.ends.size), self.ends - self.starts)
+
+    @classmethod
+    def from_store(cls, path: str | Path, state_keys: Sequence[str] | None, image_keys: Sequence[str],
+                   n_obs_steps: int, horizon: int, max_episodes: int | None = None) -> ChunkDataset:
+        """Read the first ``max_episodes`` committed episodes of a store (all when None)."""
+        with EpisodeStore.open(path, mode="r") as store:
+            schema = store.schema
+            if schema is None or store.num_episodes == 0:
+                raise DatasetError(f"{path}: the store has no episodes")
+            keys = list(state_keys) if state_keys is not None else schema.state_keys
+            for key in [*keys, *image_keys]:
+                if key not in schema.observation:
+                    raise DatasetError(f"{path}: no observation key {key!r} (have {sorted(schema.observation)})")
+            for key in image_keys:
+                if key not in schema.image_keys:
+                    raise DatasetError(f"{path}: observation.{key} is not an image")
+            count = store.num_episodes if max_episodes is None else min(max_episodes, store.num_episodes)
+            stop = int(store.episode_ends[count - 1])
+            columns: dict[str, np.ndarray] = {}
+            for key in keys:
+                columns[key] = np.asarray(store.array(f"observation.{key}")[:stop], dtype=np.float32).reshape(stop, -1)
+            for key in image_keys:
+                columns[key] = np.asarray(store.array(f"observation.{key}")[:stop])
+            actions = np.asarray(store.array("action")[:stop], dtype=np.float32)
+            tasks = [store.episode_info(i).task for i in range(count)]
+            return cls(columns, actions, store.episode_ends[:count], tasks, image_keys, n_obs_steps, horizon)
+
+    @property
+    def spec(self) -> PolicySpec:
+        """State sizes, image shapes and action size, for building a policy."""
+        return PolicySpec(
+            state_dims={k: int(v.shape[1]) for k, v in self.columns.items() if k not in self.image_keys},
+            image_shapes={k: tuple(self.columns[k].shape[1:]) for k in self.image_keys},
+            action_dim=int(self.actions.shape[1]))
+
+    @property
+    def num_episodes(self) -> int:
+        """Episodes held."""
+        return int(self.ends.size)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """min/max/mean/std of the actions and every state key (what the policy normaliser needs)."""
+        batch = {"action": self.actions, **{k: v for k, v in self.columns.items() if k not in self.image_keys}}
+        return compute_stats([batch])
+
+    def batch(self, indices: np.ndarray) -> dict[str, Any]:
+        """Windows at frames ``indices``: obs (B, To, ...), action (B, H, A), task list."""
+        idx = np.asarray(indices, dtype=np.int64)
+        ep = self.episode_of[idx]
+        start, end = self.starts[ep], self.ends[ep]
+        obs_idx = np.maximum(idx[:, None] + np.arange(-self.n_obs_steps + 1, 1), start[:, None])
+        act_idx = np.minimum(idx[:, None] + np.arange(self.horizon), end[:, None] - 1)
+        obs = {k: torch.from_numpy(v[obs_idx]) for k, v in self.columns.items()}
+        return {"obs": obs, "action": torch.from_numpy(self.actions[act_idx]),
+                "task": [self.tasks[e] for e in ep]}
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, Any]:
+        """A uniformly random batch of windows."""
+        return self.batch(rng.integers(0, len(self), size=batch_size))

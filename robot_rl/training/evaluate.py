@@ -1,0 +1,134 @@
+"""Roll a policy out in a Gymnasium env for N seeded episodes; success rate with a Wilson interval and a plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robot_rl.data.recorder import to_observation
+from robot_rl.policies.base import Policy
+
+
+@dataclass
+class EvalReport:
+    """Outcome of an evaluation."""
+
+    env_id: str
+    """Environment evaluated in."""
+    seeds: list[int] = field(default_factory=list)
+    """Reset seed of each episode."""
+    successes: list[bool] = field(default_factory=list)
+    """Whether each episode succeeded (``info["is_success"]`` at any step)."""
+    returns: list[float] = field(default_factory=list)
+    """Sum of rewards of each episode."""
+    lengths: list[int] = field(default_factory=list)
+    """Steps of each episode."""
+    seconds: float = 0.0
+    """Wall time."""
+    policy_ms_per_step: float = 0.0
+    """Mean time in ``select_action`` per step [ms]."""
+
+    @property
+    def success_rate(self) -> float:
+        """Fraction of successful episodes."""
+        return float(np.mean(self.successes)) if self.successes else 0.0
+
+    def interval(self, z: float = 1.96) -> tuple[float, float]:
+        """Wilson score interval of the success rate (95% by default)."""
+        return wilson_interval(sum(self.successes), len(self.successes), z)
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything, plus the rate and its interval."""
+        lo, hi = self.interval()
+        return {**asdict(self), "success_rate": self.success_rate, "ci95": [lo, hi]}
+
+    def summary(self) -> str:
+        """One line for the terminal."""
+        lo, hi = self.interval()
+        return (f"{self.env_id}: success {sum(self.successes)}/{len(self.successes)} = {self.success_rate:.1%} "
+                f"(95% CI {lo:.1%}-{hi:.1%}), mean return {np.mean(self.returns):.2f}, "
+                f"policy {self.policy_ms_per_step:.2f} ms/step, {self.seconds:.1f} s")
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def evaluate(policy: Policy, env: Any, env_id: str, episodes: int, seed: int = 0, max_steps: int | None = None,
+             progress: bool = False) -> EvalReport:
+    """Run ``episodes`` episodes with reset seeds ``seed, seed + 1, ...``; torch is seeded per episode too."""
+    from tqdm import tqdm
+
+    if episodes < 1:
+        raise ValueError(f"episodes: must be >= 1, got {episodes}")
+    report = EvalReport(env_id=env_id)
+    t0 = time.perf_counter()
+    policy_time, policy_steps = 0.0, 0
+    for i in tqdm(range(episodes), desc="eval", disable=not progress):
+        ep_seed = seed + i
+        obs, info = env.reset(seed=ep_seed)
+        policy.reset()
+        gen = torch.Generator().manual_seed(ep_seed)
+        success, ret, steps = False, 0.0, 0
+        while True:
+            t1 = time.perf_counter()
+            action = policy.select_action(to_observation(obs), generator=gen)
+            policy_time += time.perf_counter() - t1
+            policy_steps += 1
+            obs, reward, terminated, truncated, info = env.step(action)
+            ret += float(reward)
+            steps += 1
+            success = success or bool(info.get("is_success", False))
+            if terminated or truncated or (max_steps is not None and steps >= max_steps):
+                break
+        report.seeds.append(ep_seed)
+        report.successes.append(success)
+        report.returns.append(ret)
+        report.lengths.append(steps)
+    report.seconds = time.perf_counter() - t0
+    report.policy_ms_per_step = 1000 * policy_time / max(1, policy_steps)
+    return report
+
+
+def save_report(report: EvalReport, out_dir: str | Path, title: str = "") -> tuple[Path, Path]:
+    """Write ``eval.json`` and ``eval.png`` (per-episode returns coloured by success, rate with its CI)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "eval.json"
+    json_path.write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5), gridspec_kw={"width_ratios": [4, 1]})
+    colors = ["tab:green" if s else "tab:red" for s in report.successes]
+    ax1.bar(range(len(report.returns)), report.returns, color=colors)
+    ax1.set_xlabel("episode (seed offset)")
+    ax1.set_ylabel("return")
+    ax1.set_title(title or report.env_id)
+    lo, hi = report.interval()
+    ax2.bar([0], [report.success_rate], color="tab:blue")
+    ax2.errorbar([0], [report.success_rate], yerr=[[report.success_rate - lo], [hi - report.success_rate]],
+                 color="black", capsize=6)
+    ax2.set_ylim(0, 1)
+    ax2.set_xticks([])
+    ax2.set_ylabel("success rate (95% CI)")
+    fig.tight_layout()
+    png_path = out / "eval.png"
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return json_path, png_path
