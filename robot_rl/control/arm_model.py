@@ -49,8 +49,15 @@ class MujocoArmModel:
         # Root body of the arm: the subtree whose mass gravity acts on through these joints.
         self.root_body = int(model.jnt_bodyid[ids[0]])
         self.n = len(ids)
-        self._jacp = np.zeros((3, model.nv))
-        self._jacr = np.zeros((3, model.nv))
+        # Column selection: a slice (a view, no copy) when the arm's dofs are contiguous, as usual.
+        first = int(self.dof_idx[0])
+        contiguous = np.array_equal(self.dof_idx, np.arange(first, first + self.n))
+        self._cols: slice | np.ndarray = slice(first, first + self.n) if contiguous else self.dof_idx
+        self._jac_full = np.zeros((6, model.nv))
+        self._jacp = self._jac_full[:3]
+        self._jacr = self._jac_full[3:]
+        self._jac = np.zeros((6, self.n))
+        self._jm_full = np.zeros((6, model.nv))
         self._jac_com = np.zeros((3, model.nv))
         self._m_full = np.zeros((model.nv, model.nv))
         self._mesh = np.ix_(self.dof_idx, self.dof_idx)
@@ -75,9 +82,23 @@ class MujocoArmModel:
         return self.data.site_xmat[self.site_id].reshape(3, 3)
 
     def jacobian(self) -> np.ndarray:
-        """6 x n site Jacobian (linear rows, then angular rows; world frame) of the arm joints."""
+        """6 x n site Jacobian (linear rows, then angular rows; world frame) of the arm joints.
+
+        The returned array is reused by the next call: copy it to keep it.
+        """
         mujoco.mj_jacSite(self.model, self.data, self._jacp, self._jacr, self.site_id)
-        return np.vstack((self._jacp[:, self.dof_idx], self._jacr[:, self.dof_idx]))
+        self._jac[:] = self._jac_full[:, self._cols]
+        return self._jac
+
+    def jacobian_inverse_inertia(self) -> np.ndarray:
+        """``J M⁻¹`` (6 x n) for the Jacobian of the last :meth:`jacobian` call.
+
+        Uses MuJoCo's sparse factorisation of the whole model's M (already computed by
+        ``mj_step1``/``mj_fwdPosition``), so the inverse is the arm block of ``M⁻¹``: the hand and
+        fingers move with the arm as they really do.
+        """
+        mujoco.mj_solveM(self.model, self.data, self._jm_full, self._jac_full)
+        return self._jm_full[:, self._cols]
 
     def mass_matrix(self) -> np.ndarray:
         """Joint-space inertia (n x n of the arm joints, armature included)."""
@@ -86,7 +107,7 @@ class MujocoArmModel:
 
     def bias(self) -> np.ndarray:
         """Gravity + Coriolis/centrifugal torques ``C(q, dq) dq + g(q)`` on the arm joints."""
-        return self.data.qfrc_bias[self.dof_idx].copy()
+        return self.data.qfrc_bias[self._cols].copy()
 
     def gravity(self) -> np.ndarray:
         """Gravity torques ``g(q)`` on the arm joints (everything the arm carries, gripper included)."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mujoco
 import numpy as np
 
 from robot_rl.control.arm_model import MujocoArmModel
 from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.joint_pd import per_joint
-from robot_rl.control.rotations import mat_to_quat, quat_slerp, quat_to_mat, rotvec_from_mat
+from robot_rl.control.rotations import mat_to_quat
 from robot_rl.control.targets import JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
 from robot_rl.core.config import ConfigError
 from robot_rl.core.embodiment import Embodiment
@@ -120,8 +121,15 @@ class CartesianImpedanceController(Controller):
         self.clip = np.repeat(np.asarray(config.error_clip, dtype=np.float64), 3)
         self.max_k = np.repeat(np.asarray(config.max_stiffness, dtype=np.float64), 3)
         self._eye = np.eye(n)
+        self._lower_band = self.lower + config.joint_limit_range
+        self._upper_band = self.upper - config.joint_limit_range
         self._stiffness_target = np.asarray(config.stiffness, dtype=np.float64)
         self.stiffness = self._stiffness_target.copy()
+        self._stiffness_moving = True
+        self._damp = np.zeros(6)
+        self._err = np.zeros(6)
+        self._rv = np.zeros(3)
+        self._q_ee = np.zeros(4)
         self._target: PoseTarget | None = None
         self._pos_f = np.zeros(3)
         self._quat_f = np.array([1.0, 0.0, 0.0, 0.0])
@@ -146,6 +154,7 @@ class CartesianImpedanceController(Controller):
         self._q_ref = state.q.copy()
         self._stiffness_target = np.asarray(self.config.stiffness, dtype=np.float64)
         self.stiffness = self._stiffness_target.copy()
+        self._stiffness_moving = True
 
     def hold(self, state: RobotState) -> None:
         """Hold the current end-effector pose (stiffness and posture reference kept)."""
@@ -176,6 +185,7 @@ class CartesianImpedanceController(Controller):
             self._wrench = np.concatenate([target.force, target.torque])
         elif isinstance(target, StiffnessTarget):
             self._stiffness_target = np.minimum(target.stiffness, self.max_k)
+            self._stiffness_moving = True
         else:
             raise TargetRejected(f"CartesianImpedanceController: unsupported target {type(target).__name__}")
 
@@ -183,16 +193,30 @@ class CartesianImpedanceController(Controller):
         assert self._target is not None
         a = self.config.target_filter
         self._pos_f += a * (self._target.position - self._pos_f)
-        self._quat_f = quat_slerp(self._quat_f, self._target.quat, a)
-        self.stiffness += a * (self._stiffness_target - self.stiffness)
+        mujoco.mju_subQuat(self._rv, self._target.quat, self._quat_f)  # quat_f * exp(rv) = target
+        mujoco.mju_quatIntegrate(self._quat_f, self._rv, a)
+        if self._stiffness_moving:
+            self.stiffness += a * (self._stiffness_target - self.stiffness)
+            self._stiffness_moving = bool(np.any(np.abs(self._stiffness_target - self.stiffness) > 1e-9))
+            self._damp = (2.0 * self.config.damping_ratio * np.sqrt(self.stiffness) if self._damping is None
+                          else self._damping)
 
-    def _joint_limit_torque(self, q: np.ndarray) -> np.ndarray:
+    def _joint_limit_torque(self, q: np.ndarray) -> np.ndarray | float:
         rng, tmax = self.config.joint_limit_range, self.config.joint_limit_torque
         if rng <= 0 or tmax <= 0:
-            return np.zeros_like(q)
-        push_up = np.clip((self.lower + rng - q) / rng, 0.0, 1.0)
-        push_down = np.clip((q - (self.upper - rng)) / rng, 0.0, 1.0)
-        return tmax * (push_up - push_down)
+            return 0.0
+        low, high = q - self._lower_band, self._upper_band - q  # > 0 inside the band
+        if low.min() > 0 and high.min() > 0:
+            return 0.0
+        return tmax * (np.minimum(np.maximum(-low / rng, 0.0), 1.0) - np.minimum(np.maximum(-high / rng, 0.0), 1.0))
+
+    @staticmethod
+    def _spd_solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Solve ``a x = b`` for a small symmetric positive definite ``a`` (overwritten) with MuJoCo's Cholesky."""
+        mujoco.mju_cholFactor(a, 1e-12)
+        x = np.empty_like(b)
+        mujoco.mju_cholSolve(x, a, b)
+        return x
 
     def compute(self, state: RobotState, stamp: float) -> np.ndarray:
         """Joint torques for this tick."""
@@ -202,35 +226,41 @@ class CartesianImpedanceController(Controller):
         self._filter()
         cfg = self.config
         m = self.model
-        e = np.empty(6)
+        e = self._err
         e[:3] = self._pos_f - m.ee_position()
-        e[3:] = rotvec_from_mat(quat_to_mat(self._quat_f) @ m.ee_rotation().T)
-        np.clip(e, -self.clip, self.clip, out=e)
+        mujoco.mju_mat2Quat(self._q_ee, m.data.site_xmat[m.site_id])
+        mujoco.mju_subQuat(self._rv, self._quat_f, self._q_ee)  # rotation error in the EE frame
+        e[3:] = m.ee_rotation() @ self._rv  # ... expressed in the world frame
+        np.minimum(e, self.clip, out=e)
+        np.maximum(e, -self.clip, out=e)
         self.last_error = e
         jac = m.jacobian()
-        k = self.stiffness
-        d = 2.0 * cfg.damping_ratio * np.sqrt(k) if self._damping is None else self._damping
-        force = k * e - d * (jac @ state.dq)
-        need_dynamics = cfg.operational_space or cfg.nullspace_projector == "dynamic"
-        if need_dynamics:
-            m_inv = np.linalg.inv(m.mass_matrix())
-            a_inv = jac @ m_inv @ jac.T
+        force = self.stiffness * e - self._damp * (jac @ state.dq)
+        if cfg.operational_space or cfg.nullspace_projector == "dynamic":
+            jm = m.jacobian_inverse_inertia()  # J M⁻¹
+            a_inv = jm @ jac.T  # Λ⁻¹
         if cfg.operational_space:
-            force = np.linalg.solve(a_inv + cfg.osc_regularization * np.eye(6), force)
+            a = a_inv.copy()
+            a.flat[::7] += cfg.osc_regularization
+            force = self._spd_solve(a, force)  # Λ (K e - D J dq)
         tau = jac.T @ (force + self._wrench)
         tau0 = self.k_ns * (self._q_ref - state.q) - self.d_ns * state.dq
-        if cfg.nullspace_projector == "kinematic":
-            jpinv = jac.T @ np.linalg.inv(jac @ jac.T + cfg.pinv_regularization * np.eye(6))
-            tau0 = tau0 - jac.T @ (jpinv.T @ tau0)  # (I - J⁺J)ᵀ tau0, J⁺J symmetric
-        elif cfg.nullspace_projector == "dynamic":
-            # Jbarᵀ tau0 = Λ J M⁻¹ tau0, with Λ regularised as little as the pseudo-inverse.
-            jbar_t_tau = np.linalg.solve(a_inv + cfg.pinv_regularization * np.eye(6), jac @ (m_inv @ tau0))
-            tau0 = tau0 - jac.T @ jbar_t_tau
-        tau += np.clip(tau0, -cfg.nullspace_max_torque, cfg.nullspace_max_torque)
+        if cfg.nullspace_projector == "kinematic":  # (I - J⁺J)ᵀ tau0, J⁺ = Jᵀ (J Jᵀ + λ I)⁻¹
+            a = jac @ jac.T
+            a.flat[::7] += cfg.pinv_regularization
+            tau0 -= jac.T @ self._spd_solve(a, jac @ tau0)
+        elif cfg.nullspace_projector == "dynamic":  # (I - Jᵀ J̄ᵀ) tau0, J̄ᵀ = Λ J M⁻¹
+            a = a_inv
+            a.flat[::7] += cfg.pinv_regularization
+            tau0 -= jac.T @ self._spd_solve(a, jm @ tau0)
+        lim = cfg.nullspace_max_torque
+        tau += np.minimum(np.maximum(tau0, -lim), lim)
         tau += self._joint_limit_torque(state.q)
-        np.clip(tau, -self.effort, self.effort, out=tau)  # no wind-up of the rate limiter beyond the motors
+        np.minimum(tau, self.effort, out=tau)  # no wind-up of the rate limiter beyond the motors
+        np.maximum(tau, -self.effort, out=tau)
         if cfg.max_delta_tau is not None and self._tau_prev is not None:
-            tau = np.clip(tau, self._tau_prev - cfg.max_delta_tau, self._tau_prev + cfg.max_delta_tau)
+            np.minimum(tau, self._tau_prev + cfg.max_delta_tau, out=tau)
+            np.maximum(tau, self._tau_prev - cfg.max_delta_tau, out=tau)
         self._tau_prev = tau
         if cfg.gravity_compensation and cfg.coriolis_compensation:
             tau = tau + m.bias()
@@ -238,7 +268,7 @@ class CartesianImpedanceController(Controller):
             tau = tau + m.gravity()
         elif cfg.coriolis_compensation:
             tau = tau + m.bias() - m.gravity()
-        return np.clip(tau, -self.effort, self.effort)
+        return np.minimum(np.maximum(tau, -self.effort), self.effort)
 
     def safe_stop(self, state: RobotState) -> np.ndarray:
         """Damping mode with gravity compensation (when configured): the arm stops and floats."""
