@@ -101,11 +101,14 @@ def g1_case() -> Case:
 
     c.reset(read(d))
 
-    def posture(t: float) -> np.ndarray:  # arms swing 0.3 rad at 0.5 Hz while the legs stand
+    left, right = g1.JOINT_NAMES.index("left_shoulder_pitch_joint"), g1.JOINT_NAMES.index("right_shoulder_pitch_joint")
+
+    def posture(t: float) -> np.ndarray:  # arms swing +-0.3 rad in anti-phase at 0.5 Hz while the legs stand
         q = g1.STAND_Q.copy()
-        q[g1.ARMS] += 0.3 * np.sin(np.pi * t)
+        q[left] += 0.3 * np.sin(np.pi * t)
+        q[right] -= 0.3 * np.sin(np.pi * t)
         return q
-    return Case("G1 joint PD (29 joints, standing)", m, d, c, read, g1.CTRL_JOINTS,
+    return Case("G1 joint PD (29 joints, standing, arms swing)", m, d, c, read, g1.CTRL_JOINTS,
                 lambda t: JointTarget(posture(t)), lambda dd: dd.qpos[g1.QPOS_JOINTS].copy(), posture)
 
 

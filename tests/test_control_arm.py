@@ -223,3 +223,33 @@ def test_joint_impedance_step_response() -> None:
                    lambda i: errs.append(np.max(np.abs(arm.d.qpos[panda.QPOS_ARM] - goal))))
     assert settling_time(np.array(errs), 0.005) < 0.8  # measured 0.60 s (effort-saturated at first)
     assert errs[-1] < 1e-3
+
+
+def test_joint_limit_repulsion_ramps_up_near_a_limit() -> None:
+    cfg = dataclasses.replace(CART, stiffness=(0.0,) * 6, nullspace_stiffness=(0.0,), gravity_compensation=False,
+                              coriolis_compensation=False, max_delta_tau=None, target_filter=1.0)
+    arm = Arm(cfg)
+    c = arm.c
+    assert isinstance(c, CartesianImpedanceController)
+    upper4 = panda.POSITION_UPPER[3]  # joint4: -0.0698 rad
+    torques = []
+    for gap in (0.2, 0.1, 0.05, 0.0):  # distance to the upper limit of joint 4
+        q = panda.HOME_Q.copy()
+        q[3] = upper4 - gap
+        arm.d.qpos[panda.QPOS_ARM] = q
+        arm.d.qvel[:] = 0.0
+        mujoco.mj_forward(arm.m, arm.d)
+        torques.append(c.compute(RobotState(q, np.zeros(7)), 0.0)[3])
+    np.testing.assert_allclose(torques, [0.0, 0.0, -2.5, -5.0], atol=1e-9)  # linear over the last 0.1 rad
+
+
+def test_target_filter_is_a_per_tick_ema() -> None:
+    arm = Arm()  # target_filter 0.1 per tick
+    c = arm.c
+    assert isinstance(c, CartesianImpedanceController)
+    c.set_target(PoseTarget(arm.home + np.array([0.0, 0.0, 0.1]), arm.quat), 0.0)
+    s = arm.state(arm.d)
+    for _ in range(10):
+        c.compute(s, 0.0)
+    expected = 0.1 * (1 - 0.9**10)  # 65 % of the way after 10 ticks
+    assert c._pos_f[2] - arm.home[2] == pytest.approx(expected, rel=1e-9)
