@@ -152,3 +152,23 @@ def test_unknown_controller_rejected() -> None:
         gym.make("robot_rl/ArmReach-v0", controller="magic")
     with pytest.raises(SpecError, match="cartesian_delta"):
         gym.make("robot_rl/ArmReach-v0", controller="cartesian_impedance", control_mode="joint_position")
+
+
+def test_rates_are_configurable() -> None:
+    """1000 Hz physics with a 20 Hz policy: 50 controller ticks per step, and the expert still reaches."""
+    env = gym.make("robot_rl/ArmReach-v0", physics_hz=1000, policy_hz=20, max_episode_steps=80)
+    expert = expert_for(env)
+    base = env.unwrapped
+    assert base.physics_steps == 50 and base.model.opt.timestep == pytest.approx(0.001)
+    wins = 0
+    for ep in range(3):
+        obs, _ = env.reset(seed=ep)
+        t0 = base.data.time
+        obs, *_ = env.step(expert.act(obs))
+        assert base.data.time - t0 == pytest.approx(0.05)
+        for _ in range(79):
+            obs, _, _, truncated, info = env.step(expert.act(obs))
+            if info["is_success"] or truncated:
+                break
+        wins += info["is_success"]
+    assert wins == 3
