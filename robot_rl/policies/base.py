@@ -130,6 +130,7 @@ class Policy(nn.Module):
     name: ClassVar[str] = "base"
     config_cls: ClassVar[type[PolicyConfig]] = PolicyConfig
     n_times: ClassVar[int] = 1
+    time_max_freq: ClassVar[float] = 1000.0
 
     def __init__(self, config: PolicyConfig, spec: PolicySpec) -> None:
         super().__init__()
@@ -143,7 +144,7 @@ class Policy(nn.Module):
         self.encoder = ObsEncoder(spec.state_dims, spec.image_shapes, config.n_obs_steps, config.image_feature_dim,
                                   config.crop_pad)
         self.net = ConditionalUnet1D(spec.action_dim, self.cond_dim(), self.n_times, tuple(config.unet_channels),
-                                     config.kernel_size)
+                                     config.kernel_size, time_max_freq=self.time_max_freq)
         self.version = 0
         self._history: deque[dict[str, np.ndarray]] = deque(maxlen=config.n_obs_steps)
         self.executor = ChunkExecutor(config.executor, spec.action_dim)

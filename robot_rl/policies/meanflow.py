@@ -80,6 +80,7 @@ class MeanFlowPolicy(Policy):
     config_cls: ClassVar[type[PolicyConfig]] = MeanFlowConfig
     config: MeanFlowConfig
     n_times: ClassVar[int] = 2
+    time_max_freq: ClassVar[float] = 30.0
 
     def _times(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config

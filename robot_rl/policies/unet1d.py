@@ -15,14 +15,18 @@ from torch import nn
 
 
 class SinusoidalEmbedding(nn.Module):
-    """Sin/cos features of a scalar in [0, 1] (frequencies 1 .. 1000 rad per unit)."""
+    """Sin/cos features of a scalar in [0, 1] (frequencies 1 .. ``max_freq`` rad per unit).
 
-    def __init__(self, dim: int) -> None:
+    MeanFlow differentiates the network with respect to time (JVP), so its targets scale with the
+    highest frequency; it uses a lower ``max_freq`` than diffusion.
+    """
+
+    def __init__(self, dim: int, max_freq: float = 1000.0) -> None:
         super().__init__()
         if dim % 2:
             raise ValueError(f"time embedding dim must be even, got {dim}")
         half = dim // 2
-        self.register_buffer("freqs", torch.exp(torch.linspace(0.0, math.log(1000.0), half)), persistent=False)
+        self.register_buffer("freqs", torch.exp(torch.linspace(0.0, math.log(max_freq), half)), persistent=False)
 
     freqs: torch.Tensor
 
@@ -74,9 +78,9 @@ class ConditionalUnet1D(nn.Module):
     """Maps a noisy chunk (B, H, A), time inputs (B, n_times) and conditioning (B, C) to (B, H, A)."""
 
     def __init__(self, action_dim: int, cond_dim: int, n_times: int = 1, channels: tuple[int, ...] = (64, 128),
-                 kernel: int = 5, time_dim: int = 64, groups: int = 8) -> None:
+                 kernel: int = 5, time_dim: int = 64, groups: int = 8, time_max_freq: float = 1000.0) -> None:
         super().__init__()
-        self.time_embed = nn.ModuleList([SinusoidalEmbedding(time_dim) for _ in range(n_times)])
+        self.time_embed = nn.ModuleList([SinusoidalEmbedding(time_dim, time_max_freq) for _ in range(n_times)])
         film = time_dim * n_times + cond_dim
         self.cond_mlp = nn.Sequential(nn.Linear(film, 2 * film), nn.Mish(), nn.Linear(2 * film, film))
         dims = (action_dim, *channels)
