@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -54,9 +55,9 @@ def test_normalizer_maps_range_to_unit_interval_and_round_trips() -> None:
 
 def test_normalizer_rejects_bad_statistics() -> None:
     norm = Normalizer({"a": 2}, {"a": "minmax"})
-    with pytest.raises(KeyError, match="normalizer.a"):
+    with pytest.raises(KeyError, match=r"normalizer\.a"):
         norm.fit({})
-    with pytest.raises(ValueError, match="normalizer.a"):
+    with pytest.raises(ValueError, match=r"normalizer\.a"):
         norm.fit({"a": {"min": np.array([0.0, np.nan]), "max": np.array([1.0, 1.0])}})
     with pytest.raises(ValueError, match="shape"):
         norm.fit({"a": {"min": np.zeros(3), "max": np.ones(3)}})
@@ -90,7 +91,7 @@ def test_executor_blend_crossfades_from_old_to_new_chunk() -> None:
     assert values[0] == pytest.approx(0.75 * 4 + 0.25 * 100)
     assert values[1] == pytest.approx(0.5 * 5 + 0.5 * 101)
     assert values[3] == pytest.approx(103)
-    assert all(a < b for a, b in zip(values, values[1:]))
+    assert all(a < b for a, b in itertools.pairwise(values))
 
 
 def test_executor_ensemble_weights_oldest_most() -> None:
@@ -164,7 +165,7 @@ def test_mismatched_checkpoints_fail_clearly_before_loading(tmp_path: Path) -> N
     (tmp_path / "other_cfg" / "policy.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match="no_such_key"):
         Policy.load(tmp_path / "other_cfg")
-    with pytest.raises(CheckpointError, match="no policy.json"):
+    with pytest.raises(CheckpointError, match=r"no policy\.json"):
         Policy.load(tmp_path / "missing")
     for k, v in policy.state_dict().items():  # nothing was changed by the failed attempts
         assert torch.equal(v, before[k])
