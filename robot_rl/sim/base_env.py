@@ -34,6 +34,14 @@ from robot_rl.sim.stand_in import stand_in
 ConfigSource = SimConfig | Mapping[str, Any] | str | Path | None
 
 
+def as_slice(indices: np.ndarray) -> slice | np.ndarray:
+    """A slice when ``indices`` are consecutive (views are cheaper than fancy indexing every physics step)."""
+    idx = np.asarray(indices)
+    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+        return slice(int(idx[0]), int(idx[0]) + idx.size)
+    return idx
+
+
 class RobotEnv(gym.Env):
     """Base class: subclasses build the model and define observations, actions, control and rewards."""
 

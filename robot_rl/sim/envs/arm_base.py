@@ -32,7 +32,7 @@ from robot_rl.control.targets import JointTarget, PoseTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices
 from robot_rl.sim import scenes
-from robot_rl.sim.base_env import RobotEnv
+from robot_rl.sim.base_env import RobotEnv, as_slice
 from robot_rl.sim.ik import DiffIK
 
 MAX_LIN_SPEED = 0.4
@@ -82,6 +82,7 @@ class ArmEnv(RobotEnv):
             raise SpecError(f"control_mode: arm tasks accept cartesian_delta or joint_position, got {self.mode.value}")
         self.q_idx = qpos_indices(m, panda.JOINT_NAMES)
         self.dq_idx = dof_indices(m, panda.JOINT_NAMES)
+        self._q_view, self._dq_view = as_slice(self.q_idx), as_slice(self.dq_idx)
         self.finger_idx = qpos_indices(m, panda.GRIPPER_JOINTS)
         self.arm_act = actuator_indices(m, panda.ARM_ACTUATORS)
         self.grip_act = actuator_indices(m, [panda.GRIPPER_ACTUATOR])
@@ -170,7 +171,7 @@ class ArmEnv(RobotEnv):
     def robot_state(self) -> RobotState:
         """Measured arm state in the controller's terms."""
         d = self.data
-        return RobotState(d.qpos[self.q_idx], d.qvel[self.dq_idx], float(d.time))
+        return RobotState(d.qpos[self._q_view], d.qvel[self._dq_view], float(d.time))
 
     # ---- control --------------------------------------------------------------------------------
     def _apply_action(self, action: dict[str, np.ndarray]) -> None:
