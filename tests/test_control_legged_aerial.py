@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from robot_rl.control import (
+    BodyRateTarget,
     FlightTarget,
     JointTarget,
     MotorModel,
@@ -14,6 +15,7 @@ from robot_rl.control import (
     RobotState,
     SafetyLayer,
     SafetyMode,
+    TargetRejected,
     build_controller,
 )
 from robot_rl.control.rotations import quat_to_mat
@@ -123,3 +125,28 @@ def test_quadrotor_watchdog_hovers_then_lands() -> None:
     assert inner.landed and z[-1] < 0.1 and abs(drone.d.qvel[2]) < 0.01  # then lands (resting on its frame)
     assert np.all(drone.c.compute(drone.state(drone.d), float(drone.d.time)) == 0.0)  # motors off
     assert np.max(drone.d.ctrl[cf2x.CTRL_THRUST]) < 1e-3  # spun down through the motor lag
+
+
+def test_quadrotor_body_rate_mode_tracks_rates_and_thrust() -> None:
+    drone = Drone()
+    drone.d.qpos[:3] = [0.0, 0.0, 1.0]
+    mujoco.mj_forward(drone.m, drone.d)
+    hover = cf2x.MASS * cf2x.GRAVITY
+    rates = []
+
+    def run(target: BodyRateTarget, seconds: float) -> None:
+        drone.c.set_target(target, float(drone.d.time))
+        run_controller(drone.m, drone.d, drone.c, drone.state, slice(0, cf2x.N_CTRL),
+                       round(seconds / drone.m.opt.timestep), lambda i: rates.append(drone.d.qvel[3:6].copy()),
+                       drone.actuate)
+
+    run(BodyRateTarget(hover, [0.0, 0.0, 0.0]), 0.5)
+    assert abs(drone.d.qpos[2] - 1.0) < 0.02  # collective = weight: holds altitude
+    rates.clear()
+    run(BodyRateTarget(hover, [0.0, 0.0, 2.0]), 1.0)  # yaw at 2 rad/s (roll/pitch held at 0)
+    r = np.array(rates)
+    outside = np.flatnonzero(np.abs(r[:, 2] - 2.0) > 0.2)
+    assert outside.size and (outside[-1] + 1) * drone.m.opt.timestep < 0.6  # within 10 % in < 0.6 s
+    assert abs(r[-1, 2] - 2.0) < 0.05 and np.max(np.abs(r[-250:, :2])) < 0.05
+    with pytest.raises(TargetRejected, match="exceeds"):
+        drone.c.set_target(BodyRateTarget(1.0, [0.0, 0.0, 0.0]), 0.0)

@@ -18,9 +18,17 @@ from robot_rl.control.quadrotor import (
     ThrustCurve,
 )
 from robot_rl.control.safety import SafetyConfig, SafetyLayer, SafetyMode, SafetyStatus
-from robot_rl.control.targets import FlightTarget, JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
+from robot_rl.control.targets import (
+    BodyRateTarget,
+    FlightTarget,
+    JointTarget,
+    PoseTarget,
+    StiffnessTarget,
+    WrenchTarget,
+)
 
 __all__ = [
+    "BodyRateTarget",
     "CartesianConfig",
     "CartesianImpedanceController",
     "ControlConfig",

@@ -16,7 +16,7 @@ import numpy as np
 
 from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.rotations import quat_to_mat
-from robot_rl.control.targets import FlightTarget
+from robot_rl.control.targets import BodyRateTarget, FlightTarget
 from robot_rl.core.config import ConfigError
 
 
@@ -167,6 +167,7 @@ class QuadrotorController(Controller):
         self._att_kp = np.asarray(config.att_kp, dtype=np.float64)
         self._rate_kp = np.asarray(config.rate_kp, dtype=np.float64)
         self._target: FlightTarget | None = None
+        self._rates: BodyRateTarget | None = None
         self._integral = np.zeros(3)
         self._last_stamp: float | None = None
         self._hold_since: float | None = None
@@ -183,6 +184,7 @@ class QuadrotorController(Controller):
     def reset(self, state: RobotState) -> None:
         """Hover where the vehicle is, heading kept; forget the integral and any landing."""
         self._target = FlightTarget(self._pos(state), self._yaw(state))
+        self._rates = None
         self._integral = np.zeros(3)
         self._last_stamp = None
         self._hold_since = None
@@ -195,15 +197,25 @@ class QuadrotorController(Controller):
         self._hold_since = float(state.stamp)
         self._hold_z = float(self._pos(state)[2])
 
-    def current_target(self) -> FlightTarget | None:
-        """The setpoint being tracked."""
-        return self._target
+    def current_target(self) -> FlightTarget | BodyRateTarget | None:
+        """The setpoint being tracked (body rates while a rate target is active)."""
+        return self._rates if self._rates is not None else self._target
 
     def set_target(self, target: object, stamp: float) -> None:
-        """Accept a :class:`FlightTarget`; ends a fail-safe hover/landing that has not yet landed."""
-        if not isinstance(target, FlightTarget):
-            raise TargetRejected(f"QuadrotorController: expected a FlightTarget, got {type(target).__name__}")
-        self._target = target
+        """Accept a :class:`FlightTarget` (position control) or :class:`BodyRateTarget` (rate control).
+
+        Either ends a fail-safe hover/landing that has not yet landed.
+        """
+        if isinstance(target, FlightTarget):
+            self._target, self._rates = target, None
+        elif isinstance(target, BodyRateTarget):
+            if target.thrust > 4 * self.params.thrust_max:
+                raise TargetRejected(f"BodyRateTarget.thrust: {target.thrust:.3g} N exceeds the rotors' "
+                                     f"{4 * self.params.thrust_max:.3g} N")
+            self._rates = target
+        else:
+            raise TargetRejected(f"QuadrotorController: expected a FlightTarget or BodyRateTarget, "
+                                 f"got {type(target).__name__}")
         self._hold_since = None
 
     @staticmethod
@@ -241,6 +253,8 @@ class QuadrotorController(Controller):
                                   np.array([0.0, 0.0, -cfg.land_speed if descent > 0 and z > 0 else 0.0]))
         dt = 0.0 if self._last_stamp is None else max(0.0, stamp - self._last_stamp)
         self._last_stamp = stamp
+        if self._rates is not None and self._hold_since is None:
+            return self._lead(self.mix(self._rates.thrust, self._rate_loop(self._rates.rates, state.base_angvel)), dt)
         err = target.position - pos
         vel_ref = np.zeros(3) if target.velocity is None else target.velocity
         lim = cfg.integral_limit
@@ -268,9 +282,11 @@ class QuadrotorController(Controller):
         e_mat = rot_des.T @ rot - rot.T @ rot_des
         e_rot = 0.5 * np.array([e_mat[2, 1], e_mat[0, 2], e_mat[1, 0]])
         rate_cmd = np.minimum(np.maximum(-self._att_kp * e_rot, -cfg.max_rate), cfg.max_rate)
-        omega = state.base_angvel
-        torque = self.inertia * (self._rate_kp * (rate_cmd - omega)) + cross3(omega, self.inertia * omega)
-        return self._lead(self.mix(thrust, torque), dt)
+        return self._lead(self.mix(thrust, self._rate_loop(rate_cmd, state.base_angvel)), dt)
+
+    def _rate_loop(self, rate_cmd: np.ndarray, omega: np.ndarray) -> np.ndarray:
+        """Body torques: P on the rate error times inertia, plus the gyroscopic term ω x Jω."""
+        return self.inertia * (self._rate_kp * (rate_cmd - omega)) + cross3(omega, self.inertia * omega)
 
     def _lead(self, desired: np.ndarray, dt: float) -> np.ndarray:
         """Rotor commands that make lagging motors reach ``desired`` at ``motor_bandwidth``."""

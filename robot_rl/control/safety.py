@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from robot_rl.control.base import Controller, RobotState, TargetRejected
-from robot_rl.control.targets import FlightTarget, JointTarget, PoseTarget, WrenchTarget
+from robot_rl.control.targets import BodyRateTarget, FlightTarget, JointTarget, PoseTarget, WrenchTarget
 from robot_rl.core.config import ConfigError
 from robot_rl.core.embodiment import Embodiment
 
@@ -203,22 +203,27 @@ class SafetyLayer(Controller):
         held = self.inner.current_target()
         # The primary target (the one the inner controller holds) is blended; secondary ones
         # (wrench, stiffness, a Cartesian controller's posture reference) apply at once.
-        primary = isinstance(target, (PoseTarget, JointTarget, FlightTarget)) and type(held) is type(target)
+        primary = isinstance(target, (PoseTarget, JointTarget, FlightTarget, BodyRateTarget))
+        blendable = primary and type(held) is type(target)
         self.inner.set_target(target, stamp)  # validates (limits, shapes); raises before anything changes
         if not primary or source == "human":
             if source == "human":
                 self._last_target_stamp = stamp
             return
         self._last_target_stamp = stamp
-        if mode == SafetyMode.HOLD and self.config.blend_time > 0:
+        if mode == SafetyMode.HOLD and self.config.blend_time > 0 and blendable:
             self._blend_from, self._blend_start = held, stamp
             self._enter(SafetyMode.BLENDING, stamp, f"new {source} target: blending in over "
                                                     f"{self.config.blend_time} s")
         elif mode == SafetyMode.HOLD:
             self._enter(SafetyMode.ACTIVE, stamp, f"new {source} target")
         if self.status.mode == SafetyMode.BLENDING:
-            self._blend_to = target
-            self._apply_blend(stamp)
+            if type(target) is type(self._blend_from):
+                self._blend_to = target
+                self._apply_blend(stamp)
+            else:  # e.g. hover setpoint -> body rates: nothing to interpolate between
+                self._blend_to = None
+                self._enter(SafetyMode.ACTIVE, stamp, f"new {type(target).__name__}: blend-in skipped")
 
     def _apply_blend(self, stamp: float) -> None:
         alpha = min(1.0, max(0.0, (stamp - self._blend_start) / self.config.blend_time))

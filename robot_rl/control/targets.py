@@ -2,8 +2,9 @@
 
 ``target_pose`` -> :class:`PoseTarget`, ``target_joint`` -> :class:`JointTarget`,
 ``target_wrench`` -> :class:`WrenchTarget`, ``target_stiffness`` -> :class:`StiffnessTarget`; the
-quadrotor takes :class:`FlightTarget`. Message conversion lives in ``robot_rl.ros``; here every
-target checks its own shapes and finiteness so a bad one is refused before it reaches a torque.
+quadrotor takes :class:`FlightTarget` or :class:`BodyRateTarget`. Message conversion lives in
+``robot_rl.ros``; here every target checks its own shapes and finiteness so a bad one is refused
+before it reaches a torque.
 """
 
 from __future__ import annotations
@@ -151,5 +152,26 @@ class FlightTarget:
                             self.yaw + alpha * dyaw, vel, acc)
 
 
-Target = PoseTarget | JointTarget | WrenchTarget | StiffnessTarget | FlightTarget
+@dataclass
+class BodyRateTarget:
+    """Quadrotor collective thrust + body rates (what PX4 / Betaflight accept from an offboard policy)."""
+
+    thrust: float
+    """Collective thrust of all rotors [N]."""
+    rates: np.ndarray
+    """Body angular rates (roll, pitch, yaw) [rad/s], body frame, shape (3,)."""
+
+    def __post_init__(self) -> None:
+        self.thrust = float(as_vector("BodyRateTarget.thrust", self.thrust, 1)[0])
+        if self.thrust < 0:
+            raise TargetRejected(f"BodyRateTarget.thrust: must be >= 0, got {self.thrust}")
+        self.rates = as_vector("BodyRateTarget.rates", self.rates, 3)
+
+    def blend(self, other: BodyRateTarget, alpha: float) -> BodyRateTarget:
+        """``alpha`` of the way from self to ``other``."""
+        return BodyRateTarget(self.thrust + alpha * (other.thrust - self.thrust),
+                              self.rates + alpha * (other.rates - self.rates))
+
+
+Target = PoseTarget | JointTarget | WrenchTarget | StiffnessTarget | FlightTarget | BodyRateTarget
 """Any target a controller in robot_rl.control accepts."""
