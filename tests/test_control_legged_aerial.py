@@ -150,3 +150,23 @@ def test_quadrotor_body_rate_mode_tracks_rates_and_thrust() -> None:
     assert abs(r[-1, 2] - 2.0) < 0.05 and np.max(np.abs(r[-250:, :2])) < 0.05
     with pytest.raises(TargetRejected, match="exceeds"):
         drone.c.set_target(BodyRateTarget(1.0, [0.0, 0.0, 0.0]), 0.0)
+
+
+def test_quadrotor_leaving_the_workspace_box_is_held_by_safety() -> None:
+    drone = Drone(safety=True)
+    assert isinstance(drone.c, SafetyLayer)
+    drone.d.qpos[:3] = [1.5, 0.0, 1.0]
+    mujoco.mj_forward(drone.m, drone.d)
+    drone.c.reset(drone.state(drone.d))
+    hover = cf2x.MASS * cf2x.GRAVITY
+    for _ in range(100):  # a rate policy tilting it towards the +x edge of the box (x <= 2 m)
+        drone.c.submit(BodyRateTarget(hover * 1.05, [0.0, 0.6, 0.0] if drone.d.time < 0.4 else [0.0, 0.0, 0.0]),
+                       float(drone.d.time))
+        drone.run(0.02)
+        if drone.c.mode == SafetyMode.HOLD:
+            break
+    assert drone.c.mode == SafetyMode.HOLD and "left the workspace box" in drone.c.status.reason
+    caught = drone.d.qpos[:3].copy()
+    log = drone.run(1.5)
+    assert np.max(np.abs(log[-1, :3] - caught)) < 0.3  # brakes and hovers near where it was caught
+    assert tilt_deg(log[-1, 3:7]) < 3.0

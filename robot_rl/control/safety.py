@@ -40,7 +40,9 @@ class SafetyConfig:
     blend_time: float = 1.0
     """Ramp from the held target to a new policy's target [s] (0: jump)."""
     workspace_low: tuple[float, float, float] | None = None
-    """Lower corner of the allowed end-effector / vehicle position box [m] (None: unbounded)."""
+    """Lower corner of the allowed end-effector / vehicle position box [m] (None: unbounded).
+
+    Targets outside are refused (or clipped); a floating base (quadrotor) found outside is held."""
     workspace_high: tuple[float, float, float] | None = None
     """Upper corner of the box [m]."""
     workspace_clip: bool = False
@@ -254,6 +256,8 @@ class SafetyLayer(Controller):
             if age > self.config.watchdog_timeout:
                 self._hold(state, stamp, f"stale target: none for {age:.3f} s (timeout "
                                          f"{self.config.watchdog_timeout} s)")
+            elif state.base_pos is not None and not self._inside(state.base_pos):
+                self._hold(state, stamp, f"left the workspace box at {np.round(state.base_pos, 3).tolist()}")
             elif state.dq.size and np.any(np.abs(state.dq) > self._vel_limit):
                 j = int(np.argmax(np.abs(state.dq) / self._vel_limit))
                 self._hold(state, stamp, f"velocity limit: {self.embodiment.joint_names[j]} at "
@@ -265,6 +269,11 @@ class SafetyLayer(Controller):
             self.estop(stamp, "controller produced a non-finite command")
             return self._finite(self.inner.safe_stop(state))
         return self._limit(cmd)
+
+    def _inside(self, pos: np.ndarray) -> bool:
+        if self.config.workspace_low is None or self.config.workspace_high is None:
+            return True
+        return bool(np.all(pos >= self.config.workspace_low) and np.all(pos <= self.config.workspace_high))
 
     def _limit(self, cmd: np.ndarray) -> np.ndarray:
         if self._effort is not None and cmd.shape == self._effort.shape:
