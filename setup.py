@@ -43,6 +43,7 @@ CONSOLE_SCRIPTS = [
     "sim_node = robot_rl.ros.sim_node:main",
     "controller_node = robot_rl.ros.controller_node:main",
     "recorder_node = robot_rl.ros.recorder_node:main",
+    "policy_node = robot_rl.ros.policy_node:main",
 ]
 
 setup(

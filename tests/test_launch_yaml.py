@@ -152,7 +152,11 @@ def test_launch_folder_has_graphs() -> None:
 
 @pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: p.name)
 def test_every_launch_file_resolves_with_its_defaults(path: Path) -> None:
-    desc = load_launch_file(path)
+    import yaml
+
+    required = {e["arg"]["name"]: "given" for e in yaml.safe_load(path.read_text())["launch"]
+                if "arg" in e and "default" not in e["arg"]}
+    desc = load_launch_file(path, required)
     assert desc.processes
     for spec in desc.processes:
         assert "--ros-args" in spec.cmd  # every process is a ROS node of a known executable

@@ -33,7 +33,7 @@ class _Managed:
         self._log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 - closed in close()
 
     def start(self) -> None:
-        env = dict(os.environ, **self.spec.env, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, **self.spec.env, PYTHONUNBUFFERED="1", RCUTILS_LOGGING_BUFFERED_STREAM="0")
         self.proc = subprocess.Popen(self.spec.cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         pump = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)

@@ -1,7 +1,8 @@
 """Sim node: a MuJoCo robot under its compliant controller, speaking the same topics as real hardware.
 
 Runs :class:`robot_rl.sim.live.LiveSim` paced to wall time (``real_time_factor``) and publishes
-``/clock`` (for ``use_sim_time``), ``joint_states``, ``current_pose`` (arms), camera streams
+``/clock`` (for ``use_sim_time``), ``joint_states``, ``current_pose`` (arms), ``task/object_pose`` (the
+cube: privileged state for policies trained in simulation), camera streams
 ``<camera>/image_raw`` and the controller's mode on ``controller/mode`` and ``/diagnostics``.
 Every message is stamped with simulated time.
 
@@ -96,6 +97,8 @@ class SimNode(Node):
         self.pub_clock = self.create_publisher(Clock, "/clock", 10) if cfg.publish_clock else None
         self.pub_joints = self.create_publisher(JointState, "joint_states", 10)
         self.pub_pose = self.create_publisher(PoseStamped, "current_pose", 10) if cfg.robot == "panda" else None
+        self.pub_object = (self.create_publisher(PoseStamped, "task/object_pose", 10)
+                           if self.sim.object_pose() is not None else None)
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.pub_cams = {c: self.create_publisher(Image, f"{c}/image_raw", qos_profile_sensor_data)
@@ -209,6 +212,10 @@ class SimNode(Node):
         if self.pub_pose is not None:
             position, quat = self.sim.ee_pose()
             self.pub_pose.publish(pose_to_msg(position, quat, stamp_ns, self.config.base_frame))
+        if self.pub_object is not None:
+            obj = self.sim.object_pose()
+            assert obj is not None
+            self.pub_object.publish(pose_to_msg(obj[0], obj[1], stamp_ns, self.config.base_frame))
         status = self.sim.status
         if status.mode.value != self._last_mode:
             self._last_mode = status.mode.value

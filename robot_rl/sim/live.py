@@ -71,6 +71,7 @@ class LiveSim:
         if config.robot == "panda":
             self.actuators = actuator_indices(model, (*self.robot.ARM_ACTUATORS, self.robot.GRIPPER_ACTUATOR))
             self.ee_site = model.site(self.robot.EE_SITE).id
+            self.object_body = model.body(scenes.OBJECT_BODY).id if config.with_object else -1
         elif config.robot == "g1":
             self.actuators = actuator_indices(model, self.robot.ACTUATOR_NAMES)
         else:
@@ -107,6 +108,12 @@ class LiveSim:
         quat = np.zeros(4)
         mujoco.mju_mat2Quat(quat, self.data.site_xmat[self.ee_site])
         return self.data.site_xpos[self.ee_site].copy(), quat
+
+    def object_pose(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The cube's position and quaternion (w, x, y, z) in the world frame, or None without a cube."""
+        if self.config.robot != "panda" or self.object_body < 0:
+            return None
+        return self.data.xpos[self.object_body].copy(), self.data.xquat[self.object_body].copy()
 
     @property
     def status(self) -> SafetyStatus:
