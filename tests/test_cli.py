@@ -18,8 +18,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_lists_subcommands() -> None:
     proc = _cli("--help")
     assert proc.returncode == 0
-    for name in ("doctor", "demo"):
+    from robot_rl.cli.main import COMMANDS
+
+    for name in COMMANDS:
         assert name in proc.stdout
+        sub = _cli(name, "--help")
+        assert sub.returncode == 0 and "usage: robot-rl" in sub.stdout, sub.stderr
     assert _cli().returncode == 2  # no subcommand: help and a usage error
 
 

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        cmd = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        # argparse %-formats help strings: escape so a "95% CI" in a HELP cannot break --help
+        cmd = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.__doc__)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser
