@@ -85,9 +85,9 @@ def test_holds_the_home_pose_without_drift() -> None:
 
 
 @pytest.mark.parametrize(("operational_space", "projector", "max_delta_tau", "settle_s"), [
-    (False, "kinematic", 0.5, 1.0),   # CRISP defaults: measured 0.82 s
+    (False, "kinematic", 0.5, 1.0),   # CRISP defaults: measured 0.83 s
     (False, "dynamic", 0.5, 1.0),
-    (True, "dynamic", 1.0, 0.6),      # OSC: measured 0.44 s
+    (True, "dynamic", 1.0, 0.6),      # OSC: measured 0.27 s
 ])
 def test_step_response_settles(operational_space: bool, projector: str, max_delta_tau: float,
                                settle_s: float) -> None:
@@ -98,7 +98,7 @@ def test_step_response_settles(operational_space: bool, projector: str, max_delt
     arm.c.set_target(PoseTarget(goal, arm.quat), 0.0)
     err = np.linalg.norm(arm.run(2.0) - goal, axis=1)
     assert settling_time(err, 0.002) < settle_s, f"settled at {settling_time(err, 0.002)} s"
-    assert err[-1] < 2e-4  # steady-state error < 0.2 mm
+    assert err[-1] < 5e-4  # at 2 s: measured 0.16 mm (impedance), 0.02 mm (OSC)
     assert np.max(err) < 0.075  # no large overshoot beyond the 7.1 cm initial error
 
 
@@ -209,7 +209,11 @@ def test_torque_rate_limit_holds_on_a_large_step() -> None:
     run_controller(arm.m, arm.d, arm.c, arm.state, panda.CTRL_ARM, 50,
                    lambda i: ctrl.append(arm.d.ctrl[panda.CTRL_ARM].copy()))
     bias_change = 0.05  # gravity/Coriolis torques change a little per tick while moving
-    assert np.max(np.abs(np.diff(np.array(ctrl), axis=0))) < CART.max_delta_tau + bias_change  # type: ignore[operator]
+    assert CART.max_delta_tau is not None
+    per_step = CART.max_delta_tau * DT * CART.tick_hz  # 0.5 Nm per 1 ms = 1.0 Nm per 2 ms physics step
+    diffs = np.abs(np.diff(np.array(ctrl), axis=0))
+    assert np.max(diffs) < per_step + bias_change
+    assert np.max(diffs) > 0.9 * per_step  # the limit is what shapes the ramp
 
 
 def test_joint_impedance_step_response() -> None:

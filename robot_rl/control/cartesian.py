@@ -67,9 +67,12 @@ class CartesianConfig:
     joint_limit_torque: float = 5.0
     """Repulsion torque at the limit [Nm], growing linearly across ``joint_limit_range``."""
     target_filter: float = 0.1
-    """EMA weight per tick for the target pose and stiffness (1 = no smoothing; CRISP 0.1)."""
+    """EMA weight per tick (at ``tick_hz``) for the target pose and stiffness (1 = none; CRISP 0.1)."""
     max_delta_tau: float | None = 0.5
-    """Largest change of the control torque per tick [Nm] (CRISP 0.5 at 1 kHz); None disables."""
+    """Largest change of the control torque per tick at ``tick_hz`` [Nm] (CRISP 0.5 at 1 kHz); None disables."""
+    tick_hz: float = 1000.0
+    """Rate the per-tick constants above are given for; at another rate (e.g. a 500 Hz simulation) they
+    are rescaled from the stamps so the time constant and Nm/s stay the same."""
     stop_damping: tuple[float, ...] = (5.0,)
     """Joint damping of the e-stop damping mode [Nm s/rad]."""
 
@@ -95,6 +98,8 @@ class CartesianConfig:
             raise ConfigError(f"CartesianConfig.target_filter: must be in (0, 1], got {self.target_filter}")
         if self.max_delta_tau is not None and not self.max_delta_tau > 0:
             raise ConfigError(f"CartesianConfig.max_delta_tau: must be > 0, got {self.max_delta_tau}")
+        if not (np.isfinite(self.tick_hz) and self.tick_hz > 0):
+            raise ConfigError(f"CartesianConfig.tick_hz: must be a positive rate, got {self.tick_hz}")
         k = np.asarray(self.stiffness)
         if np.any(k[:3] > self.max_stiffness[0]) or np.any(k[3:] > self.max_stiffness[1]):
             raise ConfigError(f"CartesianConfig.stiffness: {self.stiffness} exceeds max_stiffness {self.max_stiffness}")
@@ -136,6 +141,7 @@ class CartesianImpedanceController(Controller):
         self._q_ref = np.zeros(n)
         self._wrench = np.zeros(6)
         self._tau_prev: np.ndarray | None = None
+        self._last_stamp: float | None = None
         self.last_error = np.zeros(6)
         """Pose error of the last tick after clipping (translation, rotation vector), for diagnostics."""
 
@@ -163,6 +169,7 @@ class CartesianImpedanceController(Controller):
         self._pos_f, self._quat_f = pose.position.copy(), pose.quat.copy()
         self._wrench = np.zeros(6)
         self._tau_prev = None
+        self._last_stamp = None
 
     def current_target(self) -> PoseTarget | None:
         """The pose target (before the per-tick filter)."""
@@ -189,9 +196,17 @@ class CartesianImpedanceController(Controller):
         else:
             raise TargetRejected(f"CartesianImpedanceController: unsupported target {type(target).__name__}")
 
-    def _filter(self) -> None:
+    def _ticks(self, stamp: float) -> float:
+        """How many ``tick_hz`` ticks this one is worth (1 when stamps do not advance)."""
+        dt = 0.0 if self._last_stamp is None else stamp - self._last_stamp
+        self._last_stamp = stamp
+        return min(dt * self.config.tick_hz, 100.0) if dt > 0 else 1.0
+
+    def _filter(self, ticks: float) -> None:
         assert self._target is not None
         a = self.config.target_filter
+        if ticks != 1.0:
+            a = 1.0 - (1.0 - a) ** ticks
         self._pos_f += a * (self._target.position - self._pos_f)
         mujoco.mju_subQuat(self._rv, self._target.quat, self._quat_f)  # quat_f * exp(rv) = target
         mujoco.mju_quatIntegrate(self._quat_f, self._rv, a)
@@ -223,7 +238,8 @@ class CartesianImpedanceController(Controller):
         if self._target is None:
             self.reset(state)
         self.model.update(state)
-        self._filter()
+        ticks = self._ticks(stamp)
+        self._filter(ticks)
         cfg = self.config
         m = self.model
         e = self._err
@@ -259,8 +275,9 @@ class CartesianImpedanceController(Controller):
         np.minimum(tau, self.effort, out=tau)  # no wind-up of the rate limiter beyond the motors
         np.maximum(tau, -self.effort, out=tau)
         if cfg.max_delta_tau is not None and self._tau_prev is not None:
-            np.minimum(tau, self._tau_prev + cfg.max_delta_tau, out=tau)
-            np.maximum(tau, self._tau_prev - cfg.max_delta_tau, out=tau)
+            step = cfg.max_delta_tau * ticks
+            np.minimum(tau, self._tau_prev + step, out=tau)
+            np.maximum(tau, self._tau_prev - step, out=tau)
         self._tau_prev = tau
         if cfg.gravity_compensation and cfg.coriolis_compensation:
             tau = tau + m.bias()

@@ -32,7 +32,9 @@ class JointPDConfig:
     coriolis_compensation: bool = False
     """Add ``C(q, dq) dq`` from the arm model."""
     max_delta_tau: float | None = None
-    """Largest change of the PD torque per control tick [Nm] (None: unlimited)."""
+    """Largest change of the PD torque per tick at ``tick_hz`` [Nm] (None: unlimited)."""
+    tick_hz: float = 1000.0
+    """Rate ``max_delta_tau`` is given for; rescaled from the stamps at other rates (same Nm/s)."""
     stop_damping: tuple[float, ...] = (2.0,)
     """Joint damping used by the e-stop "damping mode" [Nm s/rad] (Unitree's damp mode)."""
     max_kp: float = 1000.0
@@ -45,6 +47,8 @@ class JointPDConfig:
                 raise ConfigError(f"JointPDConfig.{name}: needs finite values >= 0, got {getattr(self, name)}")
         if self.max_delta_tau is not None and not self.max_delta_tau > 0:
             raise ConfigError(f"JointPDConfig.max_delta_tau: must be > 0, got {self.max_delta_tau}")
+        if not (np.isfinite(self.tick_hz) and self.tick_hz > 0):
+            raise ConfigError(f"JointPDConfig.tick_hz: must be a positive rate, got {self.tick_hz}")
         if np.any(np.asarray(self.kp) > self.max_kp):
             raise ConfigError(f"JointPDConfig.kp: exceeds max_kp {self.max_kp}")
 
@@ -77,6 +81,7 @@ class JointPDController(Controller):
         self.upper = np.asarray(embodiment.limits.position_upper)
         self._target: JointTarget | None = None
         self._tau_prev: np.ndarray | None = None
+        self._last_stamp: float | None = None
 
     @property
     def n_commands(self) -> int:
@@ -87,6 +92,7 @@ class JointPDController(Controller):
         """Hold ``state.q`` with the configured gains."""
         self._target = JointTarget(state.q.copy())
         self._tau_prev = None
+        self._last_stamp = None
 
     def set_target(self, target: object, stamp: float) -> None:
         """Accept a :class:`JointTarget` inside the joint limits with kp <= ``max_kp``."""
@@ -131,8 +137,10 @@ class JointPDController(Controller):
         if t.tau_ff is not None:
             tau = tau + t.tau_ff
         tau = np.clip(tau, -self.effort, self.effort)  # no wind-up of the rate limiter beyond what motors give
+        dt = 0.0 if self._last_stamp is None else stamp - self._last_stamp
+        self._last_stamp = stamp
         if self.config.max_delta_tau is not None and self._tau_prev is not None:
-            step = self.config.max_delta_tau
+            step = self.config.max_delta_tau * (min(dt * self.config.tick_hz, 100.0) if dt > 0 else 1.0)
             tau = np.clip(tau, self._tau_prev - step, self._tau_prev + step)
         self._tau_prev = tau
         if self.model is not None:
