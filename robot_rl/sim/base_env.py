@@ -34,6 +34,11 @@ from robot_rl.sim.stand_in import stand_in
 ConfigSource = SimConfig | Mapping[str, Any] | str | Path | None
 
 
+def _sample(rng: np.random.Generator, bounds: tuple[float, float]) -> float:
+    """Uniform sample; a collapsed range returns its value without drawing (keeps seeds aligned)."""
+    return float(bounds[0]) if bounds[0] == bounds[1] else float(rng.uniform(*bounds))
+
+
 def as_slice(indices: np.ndarray) -> slice | np.ndarray:
     """A slice when ``indices`` are consecutive (views are cheaper than fancy indexing every physics step)."""
     idx = np.asarray(indices)
@@ -89,6 +94,7 @@ class RobotEnv(gym.Env):
         self._last_obs: dict[str, np.ndarray] | None = None
         self._obs_rng = np.random.default_rng(0)
         self.sampled_dynamics: dict[str, float] = {}
+        self.action_delay_steps = 0
 
     # ---- subclass hooks -------------------------------------------------------------------------
     @abstractmethod
@@ -156,9 +162,9 @@ class RobotEnv(gym.Env):
         self.backend.reset(qpos, qvel)
         self._reset_controller()
         d = self.dynamics
-        delay = float(rng.uniform(*d.latency_s)) if d.latency_s[0] != d.latency_s[1] else d.latency_s[0]
-        tau = (float(rng.uniform(*d.motor_time_constant_s))
-               if d.motor_time_constant_s[0] != d.motor_time_constant_s[1] else d.motor_time_constant_s[0])
+        delay, tau, action_delay = (_sample(rng, d.latency_s), _sample(rng, d.motor_time_constant_s),
+                                    _sample(rng, d.action_latency_s))
+        self.action_delay_steps = min(round(action_delay * self.config.physics_hz), self.config.substeps - 1)
         self.pipeline.reset(self._control_at_rest(), delay, tau, d.action_noise_std,
                             np.random.default_rng(rng.integers(2**63)))
         self._obs_rng = np.random.default_rng(rng.integers(2**63))
@@ -185,9 +191,13 @@ class RobotEnv(gym.Env):
             raise SpecError("action: contains NaN or inf; rejected before simulation (state unchanged)")
         clipped = np.clip(a, self.action_space.low, self.action_space.high)
         was_clipped = bool(np.any(clipped != a))
-        self._apply_action(self.action_spec.split(clipped))
         self._before_physics()
-        reason = self.backend.step(self.config.substeps, self.actuators, self._piped_control)
+        reason, k = "", self.action_delay_steps
+        if k:  # the previous action stays in force until this one arrives
+            reason = self.backend.step(k, self.actuators, self._piped_control)
+        if not reason:
+            self._apply_action(self.action_spec.split(clipped))
+            reason = self.backend.step(self.config.substeps - k, self.actuators, self._piped_control)
         self._steps += 1
         info: dict[str, Any] = {"action_clipped": was_clipped}
         if reason:

@@ -41,8 +41,12 @@ class Randomization:
     """Scale of every joint's damping."""
     actuator_gain_scale: tuple[float, float] = (1.0, 1.0)
     """Scale of each actuator's gain (per actuator): the torque a command produces."""
+    action_latency_s: tuple[float, float] = (0.0, 0.0)
+    """Delay between env.step() and the moment its action reaches the controller [s] (rounded to physics
+    steps, below one policy period): communication and inference delay of the policy."""
     latency_s: tuple[float, float] = (0.0, 0.0)
-    """Delay between the controller's command and the actuator [s] (rounded to physics steps)."""
+    """Delay between the controller's command and the actuator [s] (rounded to physics steps). Inside a
+    stiff torque loop a few ms destabilise it (on robots that loop runs on the drive, at ~1 ms)."""
     motor_time_constant_s: tuple[float, float] = (0.0, 0.0)
     """First-order lag of the actuators [s]; 0 applies commands at once."""
     action_noise_std: float = 0.0
@@ -55,7 +59,7 @@ class Randomization:
             value = tuple(float(v) for v in getattr(self, name))
             object.__setattr__(self, name, value)
             _check_range(f"randomization.{name}", value, 1e-3)
-        for name in ("latency_s", "motor_time_constant_s"):
+        for name in ("action_latency_s", "latency_s", "motor_time_constant_s"):
             value = tuple(float(v) for v in getattr(self, name))
             object.__setattr__(self, name, value)
             _check_range(f"randomization.{name}", value, 0.0)

@@ -14,13 +14,14 @@ STAND_INS: dict[str, dict[str, Randomization]] = {
     "panda": {
         "default": Randomization(
             mass_scale=(1.15, 1.15), friction_scale=(0.8, 0.8), damping_scale=(2.0, 2.0),
-            actuator_gain_scale=(0.92, 0.92), latency_s=(0.004, 0.004), motor_time_constant_s=(0.005, 0.005),
+            actuator_gain_scale=(0.92, 0.92), action_latency_s=(0.03, 0.03), latency_s=(0.002, 0.002),
+            motor_time_constant_s=(0.005, 0.005),
             action_noise_std=0.002, observation_noise_std=0.001),
     },
     "g1": {
         "default": Randomization(
             mass_scale=(1.08, 1.08), friction_scale=(0.85, 0.85), damping_scale=(1.5, 1.5),
-            actuator_gain_scale=(0.93, 0.93), latency_s=(0.004, 0.004), motor_time_constant_s=(0.004, 0.004),
+            actuator_gain_scale=(0.93, 0.93), action_latency_s=(0.01, 0.01), motor_time_constant_s=(0.004, 0.004),
             action_noise_std=0.002, observation_noise_std=0.002),
     },
     "cf2x": {
