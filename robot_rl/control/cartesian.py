@@ -125,7 +125,6 @@ class CartesianImpedanceController(Controller):
         self.stop_kd = per_joint("CartesianConfig.stop_damping", config.stop_damping, n)
         self.clip = np.repeat(np.asarray(config.error_clip, dtype=np.float64), 3)
         self.max_k = np.repeat(np.asarray(config.max_stiffness, dtype=np.float64), 3)
-        self._eye = np.eye(n)
         self._lower_band = self.lower + config.joint_limit_range
         self._upper_band = self.upper - config.joint_limit_range
         self._stiffness_target = np.asarray(config.stiffness, dtype=np.float64)

@@ -244,9 +244,9 @@ class SafetyLayer(Controller):
     # --- control tick ----------------------------------------------------------------------------------------
     def compute(self, state: RobotState, stamp: float) -> np.ndarray:
         """Commands for this tick after the watchdog, velocity check, blend-in and limits."""
-        if not state.is_finite():
+        if not (state.is_finite() and np.isfinite(stamp)):
             if self.status.mode != SafetyMode.ESTOP:
-                self.estop(stamp, "non-finite robot state (sensor fault)")
+                self.estop(stamp, "non-finite robot state or stamp (sensor fault)")
             return np.zeros(self.n_commands)
         mode = self.status.mode
         if mode == SafetyMode.ESTOP:
