@@ -171,7 +171,10 @@ class RobotEnv(gym.Env):
         self._steps = 0
         obs = self._full_observation()
         self._last_obs = obs
-        return obs, {"is_success": self._is_success(), "dynamics": dict(self.sampled_dynamics)}
+        info: dict[str, Any] = {"is_success": self._is_success()}
+        if not self.config.stand_in:  # a stand-in stays hidden; randomised dynamics are reported for logging
+            info["dynamics"] = dict(self.sampled_dynamics)
+        return obs, info
 
     def _control_at_rest(self) -> np.ndarray:
         mujoco.mj_forward(self.model, self.data)
