@@ -52,7 +52,7 @@ def with_floor(spec: mujoco.MjSpec) -> mujoco.MjModel:
     return spec.compile()
 
 
-def panda_case(name: str, mode: str, **overrides: object) -> Case:
+def panda_case(name: str, mode: str, feedforward: bool = False, **overrides: object) -> Case:
     cfg = load_control_config("panda")
     if overrides:
         assert cfg.cartesian is not None
@@ -76,8 +76,11 @@ def panda_case(name: str, mode: str, **overrides: object) -> Case:
         def circle(t: float) -> np.ndarray:
             w = 2 * np.pi * 0.5
             return home + 0.05 * np.array([0.0, np.sin(w * t), 1 - np.cos(w * t)])
-        return Case(name, m, d, c, read, panda.CTRL_ARM, lambda t: PoseTarget(circle(t), quat),
-                    lambda dd: dd.site_xpos[site].copy(), circle)
+        def target(t: float) -> PoseTarget:
+            w = 2 * np.pi * 0.5
+            twist = 0.05 * w * np.array([0.0, np.cos(w * t), np.sin(w * t), 0.0, 0.0, 0.0]) if feedforward else None
+            return PoseTarget(circle(t), quat, twist)
+        return Case(name, m, d, c, read, panda.CTRL_ARM, target, lambda dd: dd.site_xpos[site].copy(), circle)
 
     def joints(t: float) -> np.ndarray:  # 0.2 rad, 0.5 Hz sine on every joint
         return panda.HOME_Q + 0.2 * np.sin(2 * np.pi * 0.5 * t)
@@ -179,8 +182,11 @@ def main() -> None:
     args = parser.parse_args()
     cases = [
         panda_case("Panda Cartesian impedance (CRISP defaults)", "cartesian"),
+        panda_case("Panda Cartesian impedance + twist feed-forward", "cartesian", feedforward=True),
         panda_case("Panda OSC + dynamic nullspace", "cartesian", operational_space=True,
                    nullspace_projector="dynamic", max_delta_tau=None),
+        panda_case("Panda OSC + dynamic nullspace + twist ff", "cartesian", feedforward=True,
+                   operational_space=True, nullspace_projector="dynamic", max_delta_tau=None),
         panda_case("Panda joint impedance", "joint"),
         g1_case(),
         cf2x_case(),

@@ -257,3 +257,22 @@ def test_target_filter_is_a_per_tick_ema() -> None:
         c.compute(s, 0.0)
     expected = 0.1 * (1 - 0.9**10)  # 65 % of the way after 10 ticks
     assert c._pos_f[2] - arm.home[2] == pytest.approx(expected, rel=1e-9)
+
+
+def test_twist_feed_forward_removes_the_tracking_lag() -> None:
+    cfg = dataclasses.replace(CART, operational_space=True, nullspace_projector="dynamic", max_delta_tau=None)
+    w = 2 * np.pi * 0.5
+    rmse = []
+    for feedforward in (False, True):
+        arm = Arm(cfg)
+        errs = []
+        for i in range(750):  # 1.5 s of a 5 cm circle at 0.5 Hz (0.16 m/s)
+            t = float(arm.d.time)
+            ref = arm.home + 0.05 * np.array([0.0, np.sin(w * t), 1 - np.cos(w * t)])
+            twist = 0.05 * w * np.array([0.0, np.cos(w * t), np.sin(w * t), 0.0, 0.0, 0.0])
+            arm.c.set_target(PoseTarget(ref, arm.quat, twist if feedforward else None), t)
+            run_controller(arm.m, arm.d, arm.c, arm.state, panda.CTRL_ARM, 1)
+            if i >= 250:
+                errs.append(arm.model.ee_position() - ref)
+        rmse.append(float(np.sqrt(np.mean(np.sum(np.array(errs) ** 2, axis=1)))))
+    assert rmse[1] < 0.004 and rmse[1] < 0.3 * rmse[0], rmse  # measured 15.7 mm -> 2.2 mm

@@ -1,10 +1,11 @@
 """Cartesian impedance / operational-space control with nullspace posture control (CRISP-style law).
 
 Per tick: EMA-filter the target pose and stiffness, pose error (translation and rotation apart,
-world frame), per-axis error clip, task torque ``J^T (K e - D J dq)`` (impedance) or
-``J^T Λ (K e - D J dq)`` (operational space), nullspace posture torque projected with the kinematic
-(``I - J⁺J``) or dynamic (``I - Jᵀ J̄ᵀ``) projector, joint-limit repulsion, feed-forward wrench,
-torque-rate limit on the control part, then gravity/Coriolis compensation and the effort limits.
+world frame), per-axis error clip, task torque ``J^T (K e + D (v* - J dq))`` (impedance) or
+``J^T Λ (K e + D (v* - J dq))`` (operational space; v* is the target twist, zero unless given),
+nullspace posture torque projected with the kinematic (``I - J⁺J``) or dynamic (``I - Jᵀ J̄ᵀ``)
+projector, joint-limit repulsion, feed-forward wrench, torque-rate limit on the control part, then
+gravity/Coriolis compensation and the effort limits.
 
 Every damping term is ``2 ζ sqrt(k)`` with ζ >= 0 checked in the config: CRISP's nullspace damping
 default of -1 meaning "auto" is not carried over (a negative damping term would pump energy in).
@@ -250,7 +251,10 @@ class CartesianImpedanceController(Controller):
         np.maximum(e, -self.clip, out=e)
         self.last_error = e
         jac = m.jacobian()
-        force = self.stiffness * e - self._damp * (jac @ state.dq)
+        velocity = jac @ state.dq
+        if self._target is not None and self._target.twist is not None:
+            velocity -= self._target.twist  # damp the velocity error, not the velocity
+        force = self.stiffness * e - self._damp * velocity
         if cfg.operational_space or cfg.nullspace_projector == "dynamic":
             jm = m.jacobian_inverse_inertia()  # J M⁻¹
             a_inv = jm @ jac.T  # Λ⁻¹

@@ -40,6 +40,9 @@ class PoseTarget:
     """Position [m], shape (3,)."""
     quat: np.ndarray
     """Orientation, unit quaternion (w, x, y, z), shape (4,); normalised on construction."""
+    twist: np.ndarray | None = None
+    """Velocity feed-forward (vx, vy, vz [m/s], wx, wy, wz [rad/s], base frame); None means zero.
+    Damping then acts on the velocity error, so a moving reference is followed without drag."""
 
     def __post_init__(self) -> None:
         self.position = as_vector("PoseTarget.position", self.position, 3)
@@ -47,11 +50,14 @@ class PoseTarget:
         if not 0.5 < np.linalg.norm(q) < 2.0:
             raise TargetRejected(f"PoseTarget.quat: norm {np.linalg.norm(q):.3g} is not near 1")
         self.quat = quat_normalize(q)
+        if self.twist is not None:
+            self.twist = as_vector("PoseTarget.twist", self.twist, 6)
 
     def blend(self, other: PoseTarget, alpha: float) -> PoseTarget:
-        """``alpha`` of the way from self to ``other`` (lerp position, slerp rotation)."""
+        """``alpha`` of the way from self to ``other`` (lerp position, slerp rotation, scaled twist)."""
+        twist = None if other.twist is None else alpha * other.twist
         return PoseTarget(self.position + alpha * (other.position - self.position),
-                          quat_slerp(self.quat, other.quat, alpha))
+                          quat_slerp(self.quat, other.quat, alpha), twist)
 
 
 @dataclass
