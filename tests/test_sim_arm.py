@@ -117,6 +117,11 @@ def test_divergence_truncates_with_reason() -> None:
     assert truncated and not terminated and reward == 0.0
     assert "diverged" in info["truncation_reason"] or "non-finite" in info["truncation_reason"]
     assert all(np.all(np.isfinite(v)) for v in obs.values())
+    with pytest.raises(gym.error.ResetNeeded, match="diverged"):
+        env.step(np.zeros(7, np.float32))  # fail safe: no stepping on from a blown-up state
+    obs, _ = env.reset(seed=1)
+    _, _, _, truncated, _ = env.step(np.zeros(7, np.float32))
+    assert not truncated
 
 
 def test_reward_terms_sum_to_reward() -> None:

@@ -8,6 +8,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import robot_rl.sim  # noqa: F401
+from robot_rl.core import SpecError
 from robot_rl.sim.experts import BalanceExpert
 
 
@@ -68,6 +69,8 @@ def test_walk_reward_tracks_command() -> None:
         obs, _, _, _, info = env.step(expert.act(obs))
     assert info["reward_terms"]["lin_vel_tracking"] < 0.5  # standing still does not track 0.6 m/s
     assert not info["is_success"]
+    with pytest.raises(SpecError, match="command"):
+        env.reset(seed=0, options={"command": (float("nan"), 0.0, 0.0)})
 
 
 @pytest.mark.parametrize("env_id", ["robot_rl/HumanoidStand-v0", "robot_rl/HumanoidWalk-v0"])

@@ -10,7 +10,7 @@ Bad-input rule (documented, tested): an action with the wrong shape or any NaN/i
 :class:`robot_rl.core.SpecError` before anything is simulated (the state is unchanged); finite
 actions outside the action space are clipped to it and ``info["action_clipped"]`` is True.
 A diverged simulation (MuJoCo warning or non-finite state) truncates the episode; the returned
-observation is the last finite one.
+observation is the last finite one, and stepping again without ``reset()`` raises ``ResetNeeded``.
 """
 
 from __future__ import annotations
@@ -95,6 +95,7 @@ class RobotEnv(gym.Env):
         self._obs_rng = np.random.default_rng(0)
         self.sampled_dynamics: dict[str, float] = {}
         self.action_delay_steps = 0
+        self._diverged = False
 
     # ---- subclass hooks -------------------------------------------------------------------------
     @abstractmethod
@@ -169,6 +170,7 @@ class RobotEnv(gym.Env):
                             np.random.default_rng(rng.integers(2**63)))
         self._obs_rng = np.random.default_rng(rng.integers(2**63))
         self._steps = 0
+        self._diverged = False
         obs = self._full_observation()
         self._last_obs = obs
         info: dict[str, Any] = {"is_success": self._is_success()}
@@ -182,8 +184,9 @@ class RobotEnv(gym.Env):
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply one policy action over ``physics_steps`` physics steps (see the module doc for bad input)."""
-        if self._last_obs is None:
-            raise gym.error.ResetNeeded("call reset() before step()")
+        if self._last_obs is None or self._diverged:
+            raise gym.error.ResetNeeded("call reset() before step()" if not self._diverged else
+                                        "the simulation diverged; call reset() before stepping again")
         a = np.asarray(action)
         if a.shape != self.action_space.shape:
             raise SpecError(f"action: expected shape {self.action_space.shape}, got {a.shape}")
@@ -204,6 +207,7 @@ class RobotEnv(gym.Env):
         self._steps += 1
         info: dict[str, Any] = {"action_clipped": was_clipped}
         if reason:
+            self._diverged = True
             info.update(is_success=False, truncation_reason=reason, reward_terms={})
             assert self._last_obs is not None
             return self._last_obs, 0.0, False, True, info

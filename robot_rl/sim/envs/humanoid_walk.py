@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.core import FieldSpec
+from robot_rl.core import FieldSpec, SpecError
 from robot_rl.robots import g1
 from robot_rl.sim.envs.humanoid_base import HumanoidEnv
 
@@ -41,7 +41,10 @@ class HumanoidWalkEnv(HumanoidEnv):
 
     def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         if "command" in options:
-            self.command = np.clip(np.asarray(options["command"], dtype=np.float64), COMMAND_LOW, COMMAND_HIGH)
+            command = np.asarray(options["command"], dtype=np.float64)
+            if command.shape != (3,) or not np.all(np.isfinite(command)):
+                raise SpecError(f"options.command: expected 3 finite values (vx, vy, yaw rate), got {command}")
+            self.command = np.clip(command, COMMAND_LOW, COMMAND_HIGH)
         else:
             self.command = rng.uniform(COMMAND_LOW, COMMAND_HIGH)
         self.smoothed_vel = np.zeros(2)
