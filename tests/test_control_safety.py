@@ -168,3 +168,32 @@ def test_velocity_limit_and_nonfinite_state() -> None:
     bad.q[2] = np.nan
     out = rig.c.compute(bad, float(rig.d.time))
     assert np.all(out == 0.0) and rig.c.mode == SafetyMode.ESTOP and "non-finite" in rig.c.status.reason
+
+
+def test_targets_from_another_thread_while_computing() -> None:
+    """A ROS node sets targets from a subscriber thread while the control loop computes."""
+    import threading
+
+    rig = Rig(blend_time=0.2)
+    goal = rig.pose((0.03, 0.0, 0.0))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def publisher() -> None:
+        try:
+            while not stop.is_set():
+                rig.c.submit(goal, float(rig.d.time))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    try:
+        rig.run(1.0)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    assert rig.c.mode == SafetyMode.ACTIVE and np.linalg.norm(rig.tcp() - goal.position) < 0.003
+    diag = rig.c.status.to_diagnostics()
+    assert diag["mode"] == "active" and int(diag["rejected"]) == 0

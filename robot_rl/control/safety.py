@@ -11,7 +11,11 @@ until released) and ``estop`` (latched; the inner controller's damping mode / mo
 from __future__ import annotations
 
 import enum
+import functools
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -19,6 +23,17 @@ from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.targets import BodyRateTarget, FlightTarget, JointTarget, PoseTarget, WrenchTarget
 from robot_rl.core.config import ConfigError
 from robot_rl.core.embodiment import Embodiment
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """Run a SafetyLayer method under its lock (a ROS node sets targets and computes on different threads)."""
+    @functools.wraps(method)
+    def wrapper(self: SafetyLayer, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return cast(F, wrapper)
 
 
 class SafetyMode(str, enum.Enum):
@@ -82,6 +97,11 @@ class SafetyStatus:
     history: list[tuple[float, str, str]] = field(default_factory=list)
     """Last transitions and refusals as (stamp, mode, reason), newest last (bounded)."""
 
+    def to_diagnostics(self) -> dict[str, str]:
+        """Flat key/value strings, as a ROS ``diagnostic_msgs/KeyValue`` list wants them."""
+        return {"mode": self.mode.value, "reason": self.reason, "since": f"{self.since:.6f}",
+                "rejected": str(self.rejected), "blend": f"{self.blend:.3f}"}
+
 
 class SafetyLayer(Controller):
     """Wraps a controller with limits, a stale-target watchdog, blend-in, human override and e-stop."""
@@ -99,6 +119,7 @@ class SafetyLayer(Controller):
         self._blend_from: object | None = None
         self._blend_to: object | None = None
         self._blend_start = 0.0
+        self._lock = threading.RLock()
 
     @property
     def n_commands(self) -> int:
@@ -124,6 +145,7 @@ class SafetyLayer(Controller):
         self._enter(SafetyMode.HOLD, stamp, reason)
 
     # --- lifecycle -------------------------------------------------------------------------------------------
+    @_locked
     def reset(self, state: RobotState) -> None:
         """Hold the current posture; clears blend and override but NOT a latched e-stop."""
         self.inner.reset(state)
@@ -131,16 +153,19 @@ class SafetyLayer(Controller):
         if self.status.mode != SafetyMode.ESTOP:
             self._enter(SafetyMode.HOLD, state.stamp, "reset: holding the current pose")
 
+    @_locked
     def estop(self, stamp: float, reason: str = "e-stop requested") -> None:
         """Latch the e-stop: commands become the inner controller's damping mode / motors off."""
         self._enter(SafetyMode.ESTOP, stamp, reason)
 
+    @_locked
     def clear_estop(self, state: RobotState) -> None:
         """Leave the e-stop explicitly; the robot then holds where it is."""
         if self.status.mode == SafetyMode.ESTOP:
             self.inner.reset(state)
             self._enter(SafetyMode.HOLD, state.stamp, "e-stop cleared: holding the current pose")
 
+    @_locked
     def engage_override(self, stamp: float, reason: str = "human override") -> None:
         """A human takes over: from now on only ``source="human"`` targets are followed."""
         if self.status.mode != SafetyMode.ESTOP:
@@ -148,6 +173,7 @@ class SafetyLayer(Controller):
             self._last_target_stamp = stamp
             self._enter(SafetyMode.OVERRIDE, stamp, reason)
 
+    @_locked
     def release_override(self, state: RobotState) -> None:
         """The human lets go: hold here; the next policy target blends in."""
         if self.status.mode == SafetyMode.OVERRIDE:
@@ -177,6 +203,7 @@ class SafetyLayer(Controller):
             return False  # the reason is in status
         return True
 
+    @_locked
     def set_target(self, target: object, stamp: float, source: str = "policy") -> None:
         """Validate and apply a target from ``source`` (``policy`` or ``human``).
 
@@ -242,6 +269,7 @@ class SafetyLayer(Controller):
         return self.inner.current_target()
 
     # --- control tick ----------------------------------------------------------------------------------------
+    @_locked
     def compute(self, state: RobotState, stamp: float) -> np.ndarray:
         """Commands for this tick after the watchdog, velocity check, blend-in and limits."""
         if not (state.is_finite() and np.isfinite(stamp)):
@@ -287,6 +315,7 @@ class SafetyLayer(Controller):
         """The inner controller's e-stop commands."""
         return self._finite(self.inner.safe_stop(state))
 
+    @_locked
     def hold(self, state: RobotState) -> None:
         """Hold the current pose (mode ``hold``)."""
         self._hold(state, state.stamp, "hold requested")
