@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=100_000,
                         help="seed of the first episode, then +1 (default: %(default)s, away from recording seeds)")
     parser.add_argument("--steps", type=int, default=None, help="override the sampling steps of the policy")
+    parser.add_argument("--exec-mode", choices=["ensemble", "blend", "latest"],
+                        help="override how chunks are executed (default: as trained)")
+    parser.add_argument("--action-steps", type=int, help="override the steps executed per chunk")
     parser.add_argument("--out", help="folder for eval.json / eval.png (default: the policy folder)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -47,6 +50,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"robot-rl eval: error: --steps: a {policy.name} policy has no sampling steps")
             return 2
         policy.config.num_inference_steps = args.steps
+    if args.exec_mode or args.action_steps:
+        from dataclasses import replace
+
+        try:
+            ex = policy.config.executor
+            policy.set_executor(replace(ex, mode=args.exec_mode or ex.mode, n_action_steps=args.action_steps
+                                        or ex.n_action_steps))
+        except ValueError as exc:
+            print(f"robot-rl eval: error: {exc}")
+            return 2
     env = gym.make(args.env)
     try:
         report = evaluate(policy, env, args.env, args.episodes, args.seed, progress=not args.no_progress)

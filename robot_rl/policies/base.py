@@ -201,6 +201,11 @@ class Policy(nn.Module):
             self.train(was_training)
         return chunk[0] if single else chunk
 
+    def set_executor(self, executor: ExecutorConfig) -> None:
+        """Change how chunks are executed (steps per chunk, blending); weights are untouched."""
+        self.config = replace_config(self.config, executor=executor)
+        self.executor = ChunkExecutor(executor, self.spec.action_dim)
+
     def reset(self) -> None:
         """Start a new episode: clear the observation history and the executor; apply staged weights."""
         self._history.clear()
