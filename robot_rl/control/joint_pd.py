@@ -136,16 +136,18 @@ class JointPDController(Controller):
         tau = kp * (t.q - state.q) + kd * (dq_ref - state.dq)
         if t.tau_ff is not None:
             tau = tau + t.tau_ff
-        tau = np.clip(tau, -self.effort, self.effort)  # no wind-up of the rate limiter beyond what motors give
+        eff = self.effort
+        tau = np.minimum(np.maximum(tau, -eff), eff)  # no wind-up of the rate limiter beyond what motors give
         dt = 0.0 if self._last_stamp is None else stamp - self._last_stamp
         self._last_stamp = stamp
         if self.config.max_delta_tau is not None and self._tau_prev is not None:
             step = self.config.max_delta_tau * (min(dt * self.config.tick_hz, 100.0) if dt > 0 else 1.0)
-            tau = np.clip(tau, self._tau_prev - step, self._tau_prev + step)
+            tau = np.minimum(np.maximum(tau, self._tau_prev - step), self._tau_prev + step)
         self._tau_prev = tau
-        if self.model is not None:
-            self.model.update(state)
-        return np.clip(tau + self._compensation(), -self.effort, self.effort)
+        if self.model is None:
+            return tau
+        self.model.update(state)
+        return np.minimum(np.maximum(tau + self._compensation(), -eff), eff)
 
     def safe_stop(self, state: RobotState) -> np.ndarray:
         """Damping mode: ``-kd_stop dq`` plus gravity compensation when configured (no stiffness)."""
