@@ -1,0 +1,154 @@
+"""QuadHover for many drones at once on ``mujoco.batch.Batch``: one vectorised env, C-threaded physics.
+
+The per-env Gymnasium envs pay ~70 µs of Python per physics step for the Crazyflie's body-rate loop,
+8x more than its physics. Here the same loop runs in numpy over ALL drones between batched
+``mj_step`` calls (a rate loop reads qvel, which ``mj_step1`` does not change, so writing ctrl
+before the batched step equals the per-env ``mj_step1 -> control -> mj_step2``), which is where
+MuJoCo's batched stepping really helps (benchmarks/sim_throughput.py measures it).
+
+Same task, observations, actions (``thrust_body_rates``), reward terms and crash rules as
+``robot_rl/QuadHover-v0``; nominal dynamics only; Gymnasium's next-step autoreset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from mujoco import batch as mj_batch
+
+from robot_rl.core import SpecError
+from robot_rl.robots import cf2x
+from robot_rl.sim import scenes
+from robot_rl.sim.envs.quad_base import INERTIA, MAX_BODY_RATE, MAX_DISTANCE, MAX_TILT_COS, MIN_HEIGHT, RATE_GAIN
+from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE, SUCCESS_SPEED
+
+GOAL = np.array([0.0, 0.0, 1.0])
+
+
+def _quat_z_axis(q: np.ndarray) -> np.ndarray:
+    """Body z axis in the world for (N, 4) wxyz quaternions."""
+    w, x, y, z = q.T
+    return np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=1)
+
+
+class BatchedQuadHover(gym.vector.VectorEnv):
+    """``num_envs`` Crazyflies hovering, stepped by ``mujoco.batch`` on ``nthread`` threads."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}  # noqa: RUF012 (gym's attribute)
+
+    def __init__(self, num_envs: int, nthread: int = 2, physics_hz: float = 500.0, policy_hz: float = 50.0,
+                 max_episode_steps: int = 250) -> None:
+        if num_envs < 1 or max_episode_steps < 1:
+            raise SpecError("BatchedQuadHover: num_envs and max_episode_steps must be >= 1")
+        ratio = physics_hz / policy_hz
+        if not (500 <= physics_hz <= 1000) or abs(ratio - round(ratio)) > 1e-9:
+            raise SpecError("BatchedQuadHover: physics_hz in 500..1000 and an integer multiple of policy_hz")
+        self.num_envs = num_envs
+        self.substeps = round(ratio)
+        self.max_episode_steps = max_episode_steps
+        self.model = scenes.quadrotor_scene().compile()
+        self.model.opt.timestep = 1.0 / physics_hz
+        self.batch = mj_batch.Batch(self.model, nsim=num_envs, nthread=nthread)
+        self.qpos, self.qvel, self.ctrl = self.batch.bind("qpos"), self.batch.bind("qvel"), self.batch.bind("ctrl")
+        self.mixer_inv = np.linalg.inv(cf2x.mixer_matrix())
+        template = gym.make("robot_rl/QuadHover-v0").unwrapped
+        self.single_observation_space = template.observation_space
+        self.single_action_space = template.action_space
+        box = template.action_spec.flat_bounds()
+        self._low, self._high = box[0], box[1]
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        template.close()
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._autoreset = np.zeros(num_envs, dtype=bool)
+        self._rngs = [np.random.default_rng(i) for i in range(num_envs)]
+
+    # ---- state ----------------------------------------------------------------------------------
+    def _reset_envs(self, ids: np.ndarray) -> None:
+        self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        for i in ids:
+            rng = self._rngs[i]
+            pos = GOAL + rng.uniform(-0.5, 0.5, 3)
+            quat = np.zeros(4)
+            mujoco.mju_euler2Quat(quat, rng.uniform(-0.2, 0.2, 3), "xyz")
+            self.qpos[i, cf2x.QPOS_POS], self.qpos[i, cf2x.QPOS_QUAT] = pos, quat
+            self.qvel[i] = 0.0
+            self.qvel[i, cf2x.QVEL_LINVEL] = rng.uniform(-0.2, 0.2, 3)
+        self.batch.forward(ids)
+        self._steps[ids] = 0
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        n = self.num_envs
+        return {
+            "position": self.qpos[:, cf2x.QPOS_POS].astype(np.float32),
+            "quat": self.qpos[:, cf2x.QPOS_QUAT].astype(np.float32),
+            "linvel": self.qvel[:, cf2x.QVEL_LINVEL].astype(np.float32),
+            "angvel": self.qvel[:, cf2x.QVEL_ANGVEL].astype(np.float32),
+            "goal_pos": np.tile(GOAL, (n, 1)).astype(np.float32),
+            "goal_vel": np.zeros((n, 3), np.float32),
+        }
+
+    # ---- gym API --------------------------------------------------------------------------------
+    def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Reset every drone; ``seed`` s gives drone i the seed s + i (as gymnasium's vector envs)."""
+        if seed is not None:
+            seeds = seed if isinstance(seed, list) else [seed + i for i in range(self.num_envs)]
+            self._rngs = [np.random.default_rng(s) for s in seeds]
+        self._reset_envs(np.arange(self.num_envs))
+        self._autoreset[:] = False
+        return self._observe(), {}
+
+    def step(self, actions: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray,
+                                                 dict[str, Any]]:
+        """One policy step for every drone (NaN/inf rejected; out-of-range clipped, as the single env)."""
+        a = np.asarray(actions, dtype=np.float64)
+        if a.shape != self.action_space.shape:
+            raise SpecError(f"actions: expected shape {self.action_space.shape}, got {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise SpecError("actions: contain NaN or inf; rejected before simulation")
+        a = np.clip(a, self._low, self._high)
+        restarting = np.flatnonzero(self._autoreset)
+        if restarting.size:
+            self._reset_envs(restarting)
+        collective = a[:, 0] * 4 * cf2x.THRUST_MAX
+        rates = a[:, 1:] * MAX_BODY_RATE
+        wrench = np.empty((self.num_envs, 4))
+        wrench[:, 0] = collective
+        yaw = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE
+        for _ in range(self.substeps):
+            w = self.qvel[:, cf2x.QVEL_ANGVEL]
+            wrench[:, 1:] = INERTIA * RATE_GAIN * (rates - w) + np.cross(w, INERTIA * w)
+            thrusts = np.clip(wrench @ self.mixer_inv.T, cf2x.THRUST_MIN, cf2x.THRUST_MAX)
+            self.ctrl[:, cf2x.CTRL_THRUST] = thrusts
+            self.ctrl[:, cf2x.CTRL_YAW_TORQUE] = thrusts * yaw
+            self.batch.step()
+        self._steps += 1
+        pos, vel = self.qpos[:, cf2x.QPOS_POS], self.qvel[:, cf2x.QVEL_LINVEL]
+        z_axis = _quat_z_axis(self.qpos[:, cf2x.QPOS_QUAT])
+        dist = np.linalg.norm(pos - GOAL, axis=1)
+        terms = {
+            "position": -dist,
+            "velocity": -0.1 * np.linalg.norm(vel, axis=1),
+            "upright": -0.2 * (1.0 - z_axis[:, 2]),
+            "body_rates": -0.01 * np.linalg.norm(self.qvel[:, cf2x.QVEL_ANGVEL], axis=1),
+            "alive": np.full(self.num_envs, 0.5),
+        }
+        diverged = ~np.all(np.isfinite(self.qpos), axis=1)
+        terminated = (pos[:, 2] < MIN_HEIGHT) | (z_axis[:, 2] < MAX_TILT_COS) | (dist > MAX_DISTANCE)
+        terminated &= ~diverged
+        truncated = ((self._steps >= self.max_episode_steps) & ~terminated) | diverged
+        reward = np.where(diverged, 0.0, sum(terms.values()))
+        reward[restarting] = 0.0
+        terminated[restarting] = truncated[restarting] = False
+        success = (dist < SUCCESS_DISTANCE) & (np.linalg.norm(vel, axis=1) < SUCCESS_SPEED)
+        self._autoreset = terminated | truncated
+        obs = self._observe()
+        if diverged.any():
+            self._reset_envs(np.flatnonzero(diverged))  # never hand out NaN; the episode is truncated
+        info = {"is_success": success, "diverged": diverged, "reward_terms": terms}
+        return obs, reward.astype(np.float64), terminated, truncated, info

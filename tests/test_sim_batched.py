@@ -1,0 +1,64 @@
+"""mujoco.batch-backed QuadHover: same physics as the per-env QuadHover, expert hovers all drones."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import pytest
+
+import robot_rl.sim  # noqa: F401
+from robot_rl.core import SpecError
+from robot_rl.sim.batched_quad import BatchedQuadHover
+from robot_rl.sim.experts import HoverExpert
+
+
+def test_batched_matches_single_env() -> None:
+    venv = BatchedQuadHover(3)
+    venv.reset(seed=0)
+    single = gym.make("robot_rl/QuadHover-v0")
+    single.reset(seed=0)
+    base = single.unwrapped
+    # the same start for drone 1 and the single env
+    base.data.qpos[:] = venv.qpos[1]
+    base.data.qvel[:] = venv.qvel[1]
+    mujoco.mj_forward(base.model, base.data)
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        actions = np.c_[rng.uniform(0.4, 0.7, 3), rng.uniform(-0.2, 0.2, (3, 3))].astype(np.float32)
+        obs, rewards, *_ = venv.step(actions)
+        s_obs, s_reward, *_ = single.step(actions[1])
+    np.testing.assert_allclose(obs["position"][1], s_obs["position"], atol=1e-6)
+    np.testing.assert_allclose(obs["quat"][1], s_obs["quat"], atol=1e-6)
+    assert rewards[1] == pytest.approx(s_reward, abs=1e-5)
+
+
+def test_expert_hovers_every_drone_and_autoreset() -> None:
+    venv = BatchedQuadHover(16, max_episode_steps=120)
+    obs, _ = venv.reset(seed=5)
+    expert = HoverExpert()
+    for _ in range(120):
+        actions = np.stack([expert.act({k: v[i] for k, v in obs.items()}) for i in range(16)])
+        obs, _, terminated, truncated, info = venv.step(actions)
+    assert not terminated.any() and truncated.all()
+    assert info["is_success"].all()
+    obs, rewards, terminated, truncated, _ = venv.step(actions)  # next-step autoreset
+    assert np.all(rewards == 0) and not (terminated.any() or truncated.any())
+    assert np.linalg.norm(obs["position"] - obs["goal_pos"], axis=1).max() > 0.05  # fresh random starts
+
+
+def test_batched_bad_input_and_crash() -> None:
+    venv = BatchedQuadHover(2)
+    venv.reset(seed=0)
+    with pytest.raises(SpecError, match="NaN"):
+        venv.step(np.full((2, 4), np.nan, np.float32))
+    with pytest.raises(SpecError, match="shape"):
+        venv.step(np.zeros((3, 4), np.float32))
+    crashed = np.zeros(2, bool)
+    for _ in range(100):  # motors off: both drones fall and crash (then autoreset)
+        obs, _, terminated, truncated, _ = venv.step(np.zeros((2, 4), np.float32))
+        crashed |= terminated
+        assert not truncated.any()
+        if terminated.any():
+            assert obs["position"][terminated, 2].max() < 0.1 + 1e-6  # below MIN_HEIGHT when it ended
+    assert crashed.all()
