@@ -24,7 +24,7 @@ from robot_rl.core import SpecError
 from robot_rl.robots import cf2x
 from robot_rl.sim import scenes
 from robot_rl.sim.envs.quad_base import INERTIA, MAX_BODY_RATE, MAX_DISTANCE, MAX_TILT_COS, MIN_HEIGHT, RATE_GAIN
-from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE, SUCCESS_SPEED
+from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE, SUCCESS_SPEED, QuadHoverEnv
 
 GOAL = np.array([0.0, 0.0, 1.0])
 
@@ -55,11 +55,10 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         self.batch = mj_batch.Batch(self.model, nsim=num_envs, nthread=nthread)
         self.qpos, self.qvel, self.ctrl = self.batch.bind("qpos"), self.batch.bind("qvel"), self.batch.bind("ctrl")
         self.mixer_inv = np.linalg.inv(cf2x.mixer_matrix())
-        template = gym.make("robot_rl/QuadHover-v0").unwrapped
+        template = QuadHoverEnv()
         self.single_observation_space = template.observation_space
         self.single_action_space = template.action_space
-        box = template.action_spec.flat_bounds()
-        self._low, self._high = box[0], box[1]
+        self._low, self._high = template.action_space.low, template.action_space.high
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         template.close()
