@@ -20,6 +20,7 @@ import mujoco
 import numpy as np
 
 import robot_rl.sim  # noqa: F401
+from robot_rl.sim.batched_quad import BatchedQuadHover
 from robot_rl.sim.experts import expert_for
 from robot_rl.sim.vector import batch_rollout, full_state, make_vector_env
 
@@ -74,6 +75,14 @@ def vector_rate(env_id: str, n: int, asynchronous: bool, seconds: float) -> floa
     return r
 
 
+def batched_rate(n: int, nthread: int, seconds: float) -> float:
+    """Env steps/s of BatchedQuadHover (mujoco.batch + numpy rate loop), summed over drones."""
+    venv = BatchedQuadHover(n, nthread=nthread)
+    venv.reset(seed=0)
+    action = np.tile(np.array([0.55, 0.0, 0.0, 0.0], np.float32), (n, 1))
+    return rate(lambda: (venv.step(action), n)[1], seconds)
+
+
 def rollout_rates(seconds: float) -> dict[str, float]:
     """Open-loop humanoid physics steps/s: Python mj_step loop vs mujoco.rollout with 1 and 2 threads."""
     env = gym.make("robot_rl/HumanoidStand-v0")
@@ -126,6 +135,11 @@ def main() -> None:
         r = [vector_rate(env_id, 1, False, s), vector_rate(env_id, 4, False, s),
              vector_rate(env_id, 2, True, s), vector_rate(env_id, 4, True, s)]
         print(f"| {env_id} | " + " | ".join(f"{v:,.0f}" for v in r) + " |")
+    print("\n## QuadHover on mujoco.batch (BatchedQuadHover), env steps/s summed over drones")
+    print("| drones | 1 thread | 2 threads |")
+    print("|---|---|---|")
+    for n in (16, 64, 256):
+        print(f"| {n} | {batched_rate(n, 1, s):,.0f} | {batched_rate(n, 2, s):,.0f} |")
     print("\n## open-loop G1 physics steps/s (32 x 100 steps)")
     for name, value in rollout_rates(s).items():
         print(f"| {name} | {value:,.0f} |")
