@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from geometry_msgs.msg import PoseStamped, WrenchStamped
+from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray, String
 
-from robot_rl.control.base import RobotState, TargetRejected
+from robot_rl.control.base import RobotState
 from robot_rl.control.config import build_controller, load_control_config
 from robot_rl.control.safety import SafetyLayer
 from robot_rl.core.spaces import SpecError
@@ -39,14 +38,8 @@ from robot_rl.robots import robot_module
 from robot_rl.ros.conversions import joint_state_from_msg, ns_to_stamp, pose_to_msg, stamp_to_seconds
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
-from robot_rl.ros.target_conversions import (
-    joint_target_from_msg,
-    pose_target_from_msg,
-    stiffness_target_from_msg,
-    wrench_target_from_msg,
-)
-
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
+from robot_rl.ros.target_conversions import pose_target_from_msg, subscribe_targets
 
 
 @dataclass(frozen=True)
@@ -92,19 +85,16 @@ class ControllerNode(Node):
         self.state: RobotState | None = None
         self.state_wall = 0.0
         self.human = False
-        self._warned: dict[str, float] = {}
+        self._warn = RateLimitedWarnings(self.get_logger())
         self._last_mode = ""
         self.pub_cmd = self.create_publisher(Float64MultiArray, cfg.command_topic, 10)
         self.pub_pose = self.create_publisher(PoseStamped, "current_pose", 10) if self.arm_model else None
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(JointState, "joint_states", self._on_joint_states, qos_profile_sensor_data)
-        emb = self.embodiment
-        self._target(PoseStamped, "target_pose", "policy", lambda m: pose_target_from_msg(m, cfg.base_frame))
-        self._target(JointState, "target_joint", "policy", lambda m: joint_target_from_msg(m, emb.joint_names))
-        self._target(WrenchStamped, "target_wrench", "policy", wrench_target_from_msg)
-        self._target(Float64MultiArray, "target_stiffness", "policy", stiffness_target_from_msg)
-        self._target(PoseStamped, "teleop/target_pose", "human", lambda m: pose_target_from_msg(m, cfg.base_frame))
+        subscribe_targets(self, self.embodiment.joint_names, lambda m: pose_target_from_msg(m, cfg.base_frame),
+                          lambda target, source: self.controller.submit(target, self._now(), source),
+                          lambda: self.controller.status.reason, self._warn)
         self.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
         self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
@@ -113,22 +103,6 @@ class ControllerNode(Node):
     def _now(self) -> float:
         return time.monotonic()
 
-    def _warn(self, text: str) -> None:
-        now = self._now()
-        if now - self._warned.get(text, -1e9) >= 1.0:
-            self._warned[text] = now
-            self.get_logger().warn(text)
-
-    def _target(self, msg_type: Any, topic: str, source: str, convert: Any) -> None:
-        def callback(msg: Any) -> None:
-            try:
-                target = convert(msg)
-            except (TargetRejected, ValueError) as exc:
-                self._warn(f"rejected {topic}: {exc}")
-                return
-            if not self.controller.submit(target, self._now(), source):
-                self._warn(f"rejected {topic}: {self.controller.status.reason}")
-        self.create_subscription(msg_type, topic, callback, 10)
 
     def _on_joint_states(self, msg: JointState) -> None:
         try:

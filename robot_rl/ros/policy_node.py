@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64, Float64MultiArray, Int64
 
@@ -40,9 +40,9 @@ from robot_rl.robots import robot_module
 from robot_rl.ros.conversions import image_from_msg, joint_state_from_msg, pose_from_msg, pose_to_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
+from robot_rl.ros.qos import LATCHED
 from robot_rl.sim.arm_actions import CartesianDeltaIntegrator
 
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 _VERSION_DIR = re.compile(r"^v(\d+)$")
 
 

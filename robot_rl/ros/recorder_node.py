@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float64, String
 from std_srvs.srv import Trigger
@@ -33,9 +33,7 @@ from robot_rl.robots import robot_module
 from robot_rl.ros.conversions import image_from_msg, joint_state_from_msg, pose_from_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
-
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-EVENTS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+from robot_rl.ros.qos import EVENTS, LATCHED
 
 
 @dataclass(frozen=True)

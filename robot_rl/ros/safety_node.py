@@ -17,14 +17,13 @@ from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
-
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+from robot_rl.ros.qos import LATCHED
 
 
 @dataclass(frozen=True)

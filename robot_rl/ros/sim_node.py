@@ -20,36 +20,27 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering; must precede the first mujoco import
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import PoseStamped, WrenchStamped
+from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float64, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
-from robot_rl.control.base import TargetRejected
 from robot_rl.control.targets import FlightTarget
 from robot_rl.ros.conversions import image_to_msg, joint_state_to_msg, ns_to_stamp, pose_to_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
-from robot_rl.ros.target_conversions import (
-    joint_target_from_msg,
-    pose_target_from_msg,
-    stiffness_target_from_msg,
-    wrench_target_from_msg,
-)
+from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
+from robot_rl.ros.target_conversions import pose_target_from_msg, subscribe_targets
 from robot_rl.sim.live import LiveSim, LiveSimConfig
-
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 @dataclass(frozen=True)
@@ -103,14 +94,10 @@ class SimNode(Node):
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.pub_cams = {c: self.create_publisher(Image, f"{c}/image_raw", qos_profile_sensor_data)
                          for c in cfg.cameras}
-        self._warned: dict[str, float] = {}
+        self._warn = RateLimitedWarnings(self.get_logger())
+        subscribe_targets(self, emb.joint_names, self._pose_or_flight, self.sim.submit,
+                          lambda: self.sim.status.reason, self._warn)
         policy, human = "policy", "human"
-        self._subscribe(PoseStamped, "target_pose", policy,
-                        lambda m: self._pose_or_flight(m))
-        self._subscribe(JointState, "target_joint", policy, lambda m: joint_target_from_msg(m, emb.joint_names))
-        self._subscribe(WrenchStamped, "target_wrench", policy, wrench_target_from_msg)
-        self._subscribe(Float64MultiArray, "target_stiffness", policy, stiffness_target_from_msg)
-        self._subscribe(PoseStamped, "teleop/target_pose", human, lambda m: self._pose_or_flight(m))
         self.create_subscription(Float64, "target_gripper", lambda m: self._gripper(m, policy), 10)
         self.create_subscription(Float64, "teleop/gripper", lambda m: self._gripper(m, human), 10)
         self.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
@@ -134,26 +121,6 @@ class SimNode(Node):
             return pose
         w, x, y, z = pose.quat
         return FlightTarget(pose.position, yaw=float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))))
-
-    def _subscribe(self, msg_type: Any, topic: str, source: str, convert: Callable[[Any], object]) -> None:
-        def callback(msg: Any) -> None:
-            try:
-                target = convert(msg)
-            except (TargetRejected, ValueError) as exc:
-                self._warn(f"rejected {topic}: {exc}")
-                return
-            if not self.sim.submit(target, source):
-                self._warn(f"rejected {topic}: {self.sim.status.reason}")
-        self.create_subscription(msg_type, topic, callback, 10)
-
-    def _warn(self, text: str) -> None:
-        """Log a refusal at most once per second per distinct text (rclpy throttles per call site only)."""
-        now = time.monotonic()
-        if now - self._warned.get(text, -1e9) >= 1.0:
-            self._warned[text] = now
-            self.get_logger().warn(text)
-            if len(self._warned) > 256:
-                self._warned.clear()
 
     def _gripper(self, msg: Float64, source: str) -> None:
         if (source == "human") != self.human:

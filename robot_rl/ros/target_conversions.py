@@ -9,10 +9,12 @@ names the topic), so a node can log it and keep the previous target.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, WrenchStamped
+from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -64,3 +66,31 @@ def wrench_target_from_msg(msg: WrenchStamped) -> WrenchTarget:
 def stiffness_target_from_msg(msg: Float64MultiArray) -> StiffnessTarget:
     """Float64MultiArray [kx, ky, kz, krx, kry, krz] -> StiffnessTarget."""
     return StiffnessTarget(np.asarray(msg.data, dtype=np.float64))
+
+
+def subscribe_targets(node: Node, joint_names: Sequence[str], pose_convert: Callable[[PoseStamped], object],
+                      submit: Callable[[object, str], bool], refusal: Callable[[], str],
+                      warn: Callable[[str], None]) -> None:
+    """Subscribe the CRISP command topics (source "policy") and ``teleop/target_pose`` (source "human").
+
+    Each message is converted, handed to ``submit(target, source)`` (e.g. a SafetyLayer's ``submit``) and
+    every refusal is passed to ``warn`` with the topic and the reason (``refusal()`` when ``submit`` says no).
+    """
+    routes: list[tuple[Any, str, str, Callable[[Any], object]]] = [
+        (PoseStamped, "target_pose", "policy", pose_convert),
+        (JointState, "target_joint", "policy", lambda m: joint_target_from_msg(m, joint_names)),
+        (WrenchStamped, "target_wrench", "policy", wrench_target_from_msg),
+        (Float64MultiArray, "target_stiffness", "policy", stiffness_target_from_msg),
+        (PoseStamped, "teleop/target_pose", "human", pose_convert),
+    ]
+    for msg_type, topic, source, convert in routes:
+        def callback(msg: Any, topic: str = topic, source: str = source,
+                     convert: Callable[[Any], object] = convert) -> None:
+            try:
+                target = convert(msg)
+            except (TargetRejected, ValueError) as exc:
+                warn(f"rejected {topic}: {exc}")
+                return
+            if not submit(target, source):
+                warn(f"rejected {topic}: {refusal()}")
+        node.create_subscription(msg_type, topic, callback, 10)

@@ -20,15 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import Bool, Float64, String
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.ros.conversions import pose_from_msg, pose_to_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
-
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class TargetGateNode(Node):
         self.human = False
         self.estop = False
         self.state = ""
-        self._warned: dict[str, float] = {}
+        self._warn = RateLimitedWarnings(self.get_logger())
         self.create_subscription(PoseStamped, "policy/target_pose", lambda m: self._on_target(m, "policy"), 10)
         self.create_subscription(PoseStamped, "teleop/target_pose", lambda m: self._on_target(m, "human"), 10)
         self.create_subscription(Float64, "policy/target_gripper", lambda m: self._on_gripper(m, "policy"), 10)
@@ -82,11 +81,6 @@ class TargetGateNode(Node):
         self.pub_state = self.create_publisher(String, "target_gate/state", LATCHED)
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
 
-    def _warn(self, text: str) -> None:
-        now = time.monotonic()
-        if now - self._warned.get(text, -1e9) >= 1.0:
-            self._warned[text] = now
-            self.get_logger().warn(text)
 
     def _on_target(self, msg: PoseStamped, source: str) -> None:
         try:

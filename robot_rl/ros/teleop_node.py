@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from scipy.spatial.transform import Rotation
 from std_msgs.msg import Bool, Float64, String
 from std_srvs.srv import SetBool, Trigger
@@ -27,11 +27,9 @@ from robot_rl.core.spaces import SpecError
 from robot_rl.ros.conversions import pose_from_msg, pose_to_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
+from robot_rl.ros.qos import EVENTS, LATCHED
 from robot_rl.teleop import EpisodeEvent, TeleopCommand, TeleopState
 from robot_rl.teleop.devices import KEYBOARD_HELP, open_device
-
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-EVENTS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
 @dataclass(frozen=True)
