@@ -11,6 +11,7 @@ import robot_rl.sim  # noqa: F401
 from robot_rl.core import SpecError
 from robot_rl.sim.batched_quad import BatchedQuadHover
 from robot_rl.sim.experts import HoverExpert
+from robot_rl.sim.vector import make_vector_env
 
 
 def test_batched_matches_single_env() -> None:
@@ -48,7 +49,10 @@ def test_expert_hovers_every_drone_and_autoreset() -> None:
 
 
 def test_batched_bad_input_and_crash() -> None:
-    venv = BatchedQuadHover(2)
+    venv = make_vector_env("robot_rl/QuadHover-v0", 2, batched=True)
+    assert isinstance(venv, BatchedQuadHover)
+    with pytest.raises(ValueError, match="only"):
+        make_vector_env("robot_rl/ArmReach-v0", 2, batched=True)
     venv.reset(seed=0)
     with pytest.raises(SpecError, match="NaN"):
         venv.step(np.full((2, 4), np.nan, np.float32))

@@ -22,13 +22,22 @@ from mujoco import rollout as mj_rollout
 import robot_rl.sim  # noqa: F401  (registers the ids)
 
 
-def make_vector_env(env_id: str, num_envs: int, asynchronous: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
+def make_vector_env(env_id: str, num_envs: int, asynchronous: bool = False, batched: bool = False,
+                    **kwargs: Any) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` (keyword arguments go to every env, e.g. ``randomization=``).
 
     Seeding ``reset(seed=s)`` gives env ``i`` the seed ``s + i``, so a vector run is reproducible.
+    ``batched=True`` picks the ``mujoco.batch`` implementation where one exists (QuadHover-v0:
+    :class:`robot_rl.sim.batched_quad.BatchedQuadHover`, nominal dynamics, ~8-10x faster).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if batched:
+        if env_id != "robot_rl/QuadHover-v0":
+            raise ValueError(f"batched=True: only robot_rl/QuadHover-v0 has a mujoco.batch version, not {env_id}")
+        from robot_rl.sim.batched_quad import BatchedQuadHover
+
+        return BatchedQuadHover(num_envs, **kwargs)
     mode = "async" if asynchronous else "sync"
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
 
