@@ -33,7 +33,7 @@ from robot_rl.robots import robot_module
 from robot_rl.ros.conversions import image_from_msg, joint_state_from_msg, pose_from_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
-from robot_rl.ros.qos import EVENTS, LATCHED
+from robot_rl.ros.qos import EVENTS, LATCHED, RateLimitedWarnings
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,8 @@ class RecorderNode(Node):
         self.joint: tuple[np.ndarray, np.ndarray, float] | None = None
         self.pose: tuple[np.ndarray, np.ndarray] | None = None
         self.images: dict[str, np.ndarray] = {}
+        self.image_shapes: dict[str, tuple[int, ...]] = {}
+        self._warn = RateLimitedWarnings(self.get_logger())
         self.targets: dict[str, tuple[np.ndarray, np.ndarray] | None] = {"policy": None, "human": None}
         self.grippers = {"policy": 1.0, "human": 1.0}
         self.create_subscription(JointState, "joint_states", self._on_joints, qos_profile_sensor_data)
@@ -123,10 +125,12 @@ class RecorderNode(Node):
             self.grippers[source] = float(np.clip(msg.data, 0.0, 1.0))
 
     def _on_image(self, msg: Image, key: str) -> None:
-        try:
-            self.images[key] = np.array(image_from_msg(msg))
+        try:  # the first frame fixes each camera's size: a store's columns cannot change shape
+            self.images[key] = np.array(image_from_msg(msg, self.image_shapes.get(key)))
         except SpecError as exc:
-            self.get_logger().warn(f"skipping image {key}: {exc}", throttle_duration_sec=1.0)
+            self._warn(f"rejected image {key}: {exc}")
+            return
+        self.image_shapes.setdefault(key, self.images[key].shape)
 
     def _on_event(self, msg: String) -> None:
         event = msg.data.strip().lower()

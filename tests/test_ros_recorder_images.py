@@ -1,0 +1,76 @@
+"""Recorder node with a camera: frames of a changed size are refused with a reason; the node keeps recording."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from sensor_msgs.msg import Image, JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+
+from robot_rl.data.store import EpisodeStore  # noqa: E402
+from robot_rl.robots import panda  # noqa: E402
+from robot_rl.ros.conversions import image_to_msg, joint_state_to_msg, pose_to_msg  # noqa: E402
+from robot_rl.ros.launch_processes import launch  # noqa: E402
+from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.qos import EVENTS  # noqa: E402
+
+pytestmark = pytest.mark.ros
+
+
+def test_wrong_image_size_is_refused_and_recording_goes_on(tmp_path: Path) -> None:
+    dataset = tmp_path / "cam.zarr"
+    path = tmp_path / "rec.launch.yaml"
+    path.write_text(f"""
+launch:
+- node:
+    pkg: robot_rl
+    exec: recorder_node
+    name: recorder
+    param:
+    - {{name: dataset, value: "{dataset}"}}
+    - {{name: cameras, value: [wrist/image_raw]}}
+    - {{name: rate_hz, value: 20.0}}
+""")
+    with launch(load_launch_file(path), tmp_path / "logs") as graph:
+        rclpy.init()
+        node = rclpy.create_node("recorder_feed")
+        try:
+            js = node.create_publisher(JointState, "/joint_states", 10)
+            pose = node.create_publisher(PoseStamped, "/current_pose", 10)
+            image = node.create_publisher(Image, "/wrist/image_raw", 10)
+            events = node.create_publisher(String, "/episode_event", EVENTS)
+            names = [*panda.JOINT_NAMES, *panda.GRIPPER_JOINTS]
+            rng = np.random.default_rng(0)
+
+            def feed(seconds: float, size: int) -> None:
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    now = time.time_ns()
+                    js.publish(joint_state_to_msg(names, np.zeros(9), np.zeros(9), np.zeros(9), now))
+                    pose.publish(pose_to_msg(np.array([0.5, 0, 0.4]), np.array([0, 1.0, 0, 0]), now, "base"))
+                    image.publish(image_to_msg(rng.integers(0, 255, (size, size, 3), dtype=np.uint8), now, "wrist"))
+                    rclpy.spin_once(node, timeout_sec=0.02)
+
+            feed(3.0, 8)
+            feed(1.5, 16)  # the camera suddenly sends another size
+            assert "rejected image wrist: image: expected shape (8, 8, 3), got (16, 16, 3)" in graph.log("recorder")
+            assert graph.is_running("recorder")
+            feed(1.0, 8)
+            events.publish(String(data="success"))
+            deadline = time.monotonic() + 10
+            while "success: committed" not in graph.log("recorder") and time.monotonic() < deadline:
+                rclpy.spin_once(node, timeout_sec=0.05)
+        finally:
+            node.destroy_node()
+            rclpy.shutdown()
+    with EpisodeStore.open(dataset) as store:
+        assert store.num_episodes >= 1 and store.episode_info(0).success is True
+        frames = store.read_episode(0)
+        key = next(k for k in frames if k.endswith("wrist"))
+        assert frames[key].shape[1:] == (8, 8, 3) and frames[key].shape[0] > 30
