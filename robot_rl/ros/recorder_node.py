@@ -80,7 +80,7 @@ class RecorderNode(Node):
         self.joint: tuple[np.ndarray, np.ndarray, float] | None = None
         self.pose: tuple[np.ndarray, np.ndarray] | None = None
         self.images: dict[str, np.ndarray] = {}
-        self.image_shapes: dict[str, tuple[int, ...]] = {}
+        self.image_shapes: dict[str, tuple[int, int, int]] = {}
         self._warn = RateLimitedWarnings(self.get_logger())
         self.targets: dict[str, tuple[np.ndarray, np.ndarray] | None] = {"policy": None, "human": None}
         self.grippers = {"policy": 1.0, "human": 1.0}
@@ -130,7 +130,8 @@ class RecorderNode(Node):
         except SpecError as exc:
             self._warn(f"rejected image {key}: {exc}")
             return
-        self.image_shapes.setdefault(key, self.images[key].shape)
+        h, w, c = self.images[key].shape
+        self.image_shapes.setdefault(key, (h, w, c))
 
     def _on_event(self, msg: String) -> None:
         event = msg.data.strip().lower()
