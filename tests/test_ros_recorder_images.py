@@ -48,18 +48,24 @@ launch:
             names = [*panda.JOINT_NAMES, *panda.GRIPPER_JOINTS]
             rng = np.random.default_rng(0)
 
-            def feed(seconds: float, size: int) -> None:
+            def feed(seconds: float, size: int, until=None) -> bool:  # type: ignore[no-untyped-def]
                 end = time.monotonic() + seconds
                 while time.monotonic() < end:
+                    if until is not None and until():
+                        return True
                     now = time.time_ns()
                     js.publish(joint_state_to_msg(names, np.zeros(9), np.zeros(9), np.zeros(9), now))
                     pose.publish(pose_to_msg(np.array([0.5, 0, 0.4]), np.array([0, 1.0, 0, 0]), now, "base"))
                     image.publish(image_to_msg(rng.integers(0, 255, (size, size, 3), dtype=np.uint8), now, "wrist"))
                     rclpy.spin_once(node, timeout_sec=0.02)
+                return until is None
 
+            deadline = time.monotonic() + 30
+            while image.get_subscription_count() == 0 and time.monotonic() < deadline:
+                rclpy.spin_once(node, timeout_sec=0.05)
             feed(3.0, 8)
-            feed(1.5, 16)  # the camera suddenly sends another size
-            assert "rejected image wrist: image: expected shape (8, 8, 3), got (16, 16, 3)" in graph.log("recorder")
+            refusal = "rejected image wrist: image: expected shape (8, 8, 3), got (16, 16, 3)"
+            assert feed(10.0, 16, until=lambda: refusal in graph.log("recorder")), graph.log("recorder")
             assert graph.is_running("recorder")
             feed(1.0, 8)
             events.publish(String(data="success"))
