@@ -3,7 +3,8 @@
 A policy trained on ``robot_rl/Arm*-v0`` emits ``delta_pose`` in [-1, 1]^6. The env turns it into a
 target: position = measured tcp + delta * MAX_LIN_SPEED / policy_hz (clipped to the workspace box),
 orientation = roll-pitch-yaw increment * MAX_ANG_SPEED / policy_hz applied to the previous target. The
-ROS policy node needs the very same rule to drive the same policy through ``target_pose``.
+ROS policy node needs the very same rule to drive the same policy through ``target_pose``, so both
+use :class:`CartesianDeltaIntegrator`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,22 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from robot_rl.sim.envs.arm_base import MAX_ANG_SPEED, MAX_LIN_SPEED, WORKSPACE_HIGH, WORKSPACE_LOW, rpy_matrix
+MAX_LIN_SPEED = 0.4
+"""Largest commanded tcp speed [m/s] at action magnitude 1."""
+MAX_ANG_SPEED = 1.5
+"""Largest commanded tcp angular speed [rad/s] at action magnitude 1."""
+WORKSPACE_LOW = np.array([0.25, -0.4, 0.005])
+WORKSPACE_HIGH = np.array([0.8, 0.4, 0.6])
+"""Box the tcp target is clipped into [m] (robot base frame = world)."""
+
+
+def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """World-frame rotation for small roll-pitch-yaw increments."""
+    quat = np.zeros(4)
+    mujoco.mju_euler2Quat(quat, np.array([roll, pitch, yaw]), "XYZ")
+    mat = np.zeros(9)
+    mujoco.mju_quat2Mat(mat, quat)
+    return mat.reshape(3, 3)
 
 
 class CartesianDeltaIntegrator:

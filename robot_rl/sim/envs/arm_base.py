@@ -32,16 +32,17 @@ from robot_rl.control.targets import JointTarget, PoseTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices
 from robot_rl.sim import scenes
+from robot_rl.sim.arm_actions import (  # noqa: F401 - re-exported for the experts and tests
+    MAX_ANG_SPEED,
+    MAX_LIN_SPEED,
+    WORKSPACE_HIGH,
+    WORKSPACE_LOW,
+    CartesianDeltaIntegrator,
+    rpy_matrix,
+)
 from robot_rl.sim.base_env import RobotEnv, as_slice
 from robot_rl.sim.ik import DiffIK
 
-MAX_LIN_SPEED = 0.4
-"""Largest commanded tcp speed [m/s] at action magnitude 1."""
-MAX_ANG_SPEED = 1.5
-"""Largest commanded tcp angular speed [rad/s] at action magnitude 1."""
-WORKSPACE_LOW = np.array([0.25, -0.4, 0.005])
-WORKSPACE_HIGH = np.array([0.8, 0.4, 0.6])
-"""Box the tcp target is clipped into [m] (robot base frame = world)."""
 KP = (600.0, 600.0, 600.0, 600.0, 250.0, 150.0, 50.0)
 """Joint PD stiffness [Nm/rad] of the in-loop joint tracker."""
 KD = (50.0, 50.0, 50.0, 40.0, 15.0, 12.0, 5.0)
@@ -52,15 +53,6 @@ CONTROLLERS = ("joint_pd", "cartesian_impedance")
 def yaw_of(rot: np.ndarray) -> float:
     """Heading of the hand's x axis in the world xy plane [rad]."""
     return float(np.arctan2(rot[1, 0], rot[0, 0]))
-
-
-def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """World-frame rotation for small roll-pitch-yaw increments."""
-    quat = np.zeros(4)
-    mujoco.mju_euler2Quat(quat, np.array([roll, pitch, yaw]), "XYZ")
-    mat = np.zeros(9)
-    mujoco.mju_quat2Mat(mat, quat)
-    return mat.reshape(3, 3)
 
 
 class ArmEnv(RobotEnv):
@@ -113,6 +105,7 @@ class ArmEnv(RobotEnv):
         self.gripper_ctrl = panda.GRIPPER_CTRL_OPEN
         self.tcp_target_pos = np.zeros(3)
         self.tcp_target_rot = np.eye(3)
+        self.integrator = CartesianDeltaIntegrator(self.config.policy_hz)
         self._ctrl_out = np.zeros(8)
 
     def _controlled_actuators(self) -> np.ndarray:
@@ -164,6 +157,7 @@ class ArmEnv(RobotEnv):
     def _reset_controller(self) -> None:
         self.q_target = self.data.qpos[self.q_idx].copy()
         self.tcp_target_pos, self.tcp_target_rot = self.tcp_pose()
+        self.integrator.reset()  # the orientation target restarts from the measured tcp
         self.gripper_ctrl = panda.GRIPPER_CTRL_OPEN
         self.data.mocap_pos[self.goal_mocap] = self.goal
         self.controller.reset(self.robot_state())
@@ -182,12 +176,11 @@ class ArmEnv(RobotEnv):
             self.q_target = np.clip(action["joint_pos"].astype(np.float64), self.q_low, self.q_high)
             self.controller.set_target(JointTarget(self.q_target), t)
             return
-        d = action["delta_pose"].astype(np.float64)
-        tcp, _ = self.tcp_pose()
-        step_lin = MAX_LIN_SPEED / self.config.policy_hz
-        step_ang = MAX_ANG_SPEED / self.config.policy_hz
-        self.tcp_target_pos = np.clip(tcp + d[:3] * step_lin, WORKSPACE_LOW, WORKSPACE_HIGH)
-        self.tcp_target_rot = rpy_matrix(*(d[3:] * step_ang)) @ self.tcp_target_rot
+        tcp, rot = self.tcp_pose()
+        self.integrator.observe(tcp, mat_to_quat(rot))
+        self.tcp_target_pos, _ = self.integrator.step(action["delta_pose"])
+        assert self.integrator.target_rot is not None
+        self.tcp_target_rot = self.integrator.target_rot
         if self.controller_name == "cartesian_impedance":
             self.controller.set_target(PoseTarget(self.tcp_target_pos, mat_to_quat(self.tcp_target_rot)), t)
             return
