@@ -30,6 +30,8 @@ class MeanFlowConfig(PolicyConfig):
     """Steps at inference (1 = one network evaluation per chunk)."""
     flow_ratio: float = 0.75
     """Fraction of each batch with s = t (plain flow matching); the rest has s > t."""
+    one_step_ratio: float = 0.1
+    """Fraction of each batch trained at exactly (t, s) = (0, 1), the pair one-step inference uses."""
     time_sampling: Literal["logit_normal", "uniform"] = "logit_normal"
     """Distribution of the two times t <= s."""
     time_mean: float = 0.4
@@ -49,8 +51,9 @@ class MeanFlowConfig(PolicyConfig):
         super().__post_init__()
         if self.num_inference_steps < 1:
             raise ValueError(f"num_inference_steps: must be >= 1, got {self.num_inference_steps}")
-        if not 0.0 <= self.flow_ratio <= 1.0:
-            raise ValueError(f"flow_ratio: must be in [0, 1], got {self.flow_ratio}")
+        for name in ("flow_ratio", "one_step_ratio"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
         for name in ("time_std", "adaptive_eps", "dispersive_temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
@@ -89,8 +92,12 @@ class MeanFlowPolicy(Policy):
         else:
             pair = torch.sigmoid(torch.randn(b, 2) * cfg.time_std + cfg.time_mean)
         t, s = pair.min(dim=1).values, pair.max(dim=1).values
-        flow = torch.rand(b) < cfg.flow_ratio
-        return t, torch.where(flow, t, s)
+        u = torch.rand(b)
+        flow = u < cfg.flow_ratio
+        t, s = t.clone(), torch.where(flow, t, s)
+        boundary = u >= 1.0 - cfg.one_step_ratio
+        t[boundary], s[boundary] = 0.0, 1.0
+        return t, s
 
     def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.config
