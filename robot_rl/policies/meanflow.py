@@ -30,8 +30,10 @@ class MeanFlowConfig(PolicyConfig):
     """Steps at inference (1 = one network evaluation per chunk)."""
     flow_ratio: float = 0.75
     """Fraction of each batch with s = t (plain flow matching); the rest has s > t."""
-    one_step_ratio: float = 0.1
-    """Fraction of each batch trained at exactly (t, s) = (0, 1), the pair one-step inference uses."""
+    one_step_ratio: float = 0.0
+    """Fraction of each batch trained at exactly (t, s) = (0, 1), the pair one-step inference uses.
+    Measured worse on the toy task (1-step error 0.36 at 0.1 vs 0.14 at 0): the target there leans
+    entirely on the network's own time derivative."""
     time_sampling: Literal["logit_normal", "uniform"] = "logit_normal"
     """Distribution of the two times t <= s."""
     time_mean: float = 0.4
