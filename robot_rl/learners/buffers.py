@@ -1,0 +1,267 @@
+"""Replay buffers on the Transition record: a ring of columns, RLPD 50/50 batches, append-only saves.
+
+Why not LeRobot's buffer (see research/lerobot_serl.md): images stay uint8, ``next_observation`` is
+stored (a truncated step never bootstraps from the next episode's reset frame), and :meth:`save` only
+writes the rows added since the previous save as a new safetensors chunk, so a checkpoint does not
+rewrite the whole buffer. A manifest written last (atomically) lists the chunks, so a learner killed
+during a save restarts from the previous complete state. No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load, load_file, save, save_file
+
+from robot_rl.core.spaces import SpecError
+from robot_rl.core.transition import SegmentSource, Transition
+
+MANIFEST = "buffer.json"
+FORMAT = "robot_rl.replay_buffer"
+SOURCES = tuple(SegmentSource)
+"""Code (index) -> segment source, as stored in the ``source`` column."""
+
+_SCALARS: dict[str, str] = {
+    "reward": "float64", "terminated": "bool", "truncated": "bool", "is_intervention": "bool",
+    "source": "uint8", "episode_id": "int64", "step": "int64", "segment_id": "int64", "policy_version": "int64",
+    "obs_stamp": "float64", "next_obs_stamp": "float64", "has_policy_action": "bool", "has_base_action": "bool",
+}
+
+
+def transitions_to_columns(transitions: Sequence[Transition]) -> dict[str, np.ndarray]:
+    """Stack transitions into named columns (``obs.<k>``, ``next_obs.<k>``, ``action``, scalars)."""
+    if not transitions:
+        raise ValueError("transitions_to_columns: no transitions")
+    first = transitions[0]
+    zeros = np.zeros_like(first.action)
+    cols: dict[str, np.ndarray] = {}
+    for key in first.observation:
+        cols[f"obs.{key}"] = np.stack([t.observation[key] for t in transitions])
+        cols[f"next_obs.{key}"] = np.stack([t.next_observation[key] for t in transitions])
+    cols["action"] = np.stack([t.action for t in transitions])
+    cols["policy_action"] = np.stack([zeros if t.policy_action is None else t.policy_action for t in transitions])
+    cols["base_action"] = np.stack([zeros if t.base_action is None else t.base_action for t in transitions])
+    rows = {
+        "reward": [t.reward for t in transitions], "terminated": [t.terminated for t in transitions],
+        "truncated": [t.truncated for t in transitions], "is_intervention": [t.is_intervention for t in transitions],
+        "source": [SOURCES.index(t.segment_source) for t in transitions],
+        "episode_id": [t.episode_id for t in transitions], "step": [t.step for t in transitions],
+        "segment_id": [t.segment_id for t in transitions], "policy_version": [t.policy_version for t in transitions],
+        "obs_stamp": [t.obs_stamp for t in transitions], "next_obs_stamp": [t.next_obs_stamp for t in transitions],
+        "has_policy_action": [t.policy_action is not None for t in transitions],
+        "has_base_action": [t.base_action is not None for t in transitions],
+    }
+    for name, values in rows.items():
+        cols[name] = np.asarray(values, dtype=_SCALARS[name])
+    return cols
+
+
+def columns_to_transitions(cols: dict[str, np.ndarray]) -> list[Transition]:
+    """Inverse of :func:`transitions_to_columns` (every row validated again by Transition)."""
+    keys = [k[4:] for k in cols if k.startswith("obs.")]
+    missing = [n for n in ("action", "policy_action", "base_action", *_SCALARS) if n not in cols]
+    if missing or not keys:
+        raise SpecError(f"transition columns: missing {missing or ['obs.*']}")
+    out = []
+    for i in range(len(cols["action"])):
+        source = int(cols["source"][i])
+        if source >= len(SOURCES):
+            raise SpecError(f"source: unknown code {source}")
+        out.append(Transition(
+            observation={k: cols[f"obs.{k}"][i] for k in keys},
+            next_observation={k: cols[f"next_obs.{k}"][i] for k in keys},
+            action=cols["action"][i], reward=float(cols["reward"][i]),
+            terminated=bool(cols["terminated"][i]), truncated=bool(cols["truncated"][i]),
+            episode_id=int(cols["episode_id"][i]), step=int(cols["step"][i]),
+            policy_action=cols["policy_action"][i] if cols["has_policy_action"][i] else None,
+            base_action=cols["base_action"][i] if cols["has_base_action"][i] else None,
+            is_intervention=bool(cols["is_intervention"][i]), segment_source=SOURCES[source],
+            segment_id=int(cols["segment_id"][i]), policy_version=int(cols["policy_version"][i]),
+            obs_stamp=float(cols["obs_stamp"][i]), next_obs_stamp=float(cols["next_obs_stamp"][i])))
+    return out
+
+
+def encode_transitions(transitions: Sequence[Transition]) -> bytes:
+    """Transitions as safetensors bytes (for a pipe or socket; never pickle)."""
+    return bytes(save(transitions_to_columns(transitions), metadata={"format": "robot_rl.transitions"}))
+
+
+def decode_transitions(data: bytes) -> list[Transition]:
+    """Inverse of :func:`encode_transitions`; raises SpecError on malformed content."""
+    try:
+        cols = load(data)
+    except Exception as exc:  # safetensors raises its own error types for corrupt headers
+        raise SpecError(f"transitions: not a valid safetensors payload ({exc})") from exc
+    return columns_to_transitions(cols)
+
+
+class ReplayBuffer:
+    """Fixed-capacity FIFO of transitions stored as columns; the layout comes from the first transition."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity: must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self.columns: dict[str, np.ndarray] = {}
+        self.total_added = 0
+        """Transitions ever added (the next one gets global index ``total_added``)."""
+        self._saved_upto = 0
+
+    def __len__(self) -> int:
+        return min(self.total_added, self.capacity)
+
+    @property
+    def layout(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Column name -> (per-row shape, dtype name)."""
+        return {k: (v.shape[1:], v.dtype.name) for k, v in self.columns.items()}
+
+    def add(self, transition: Transition) -> None:
+        """Append one transition (the oldest is dropped when full)."""
+        self.extend([transition])
+
+    def extend(self, transitions: Sequence[Transition]) -> None:
+        """Append transitions; all must share the buffer's observation fields, shapes and dtypes."""
+        if transitions:
+            self._append_columns(transitions_to_columns(transitions))
+
+    def _append_columns(self, cols: dict[str, np.ndarray]) -> None:
+        n = len(cols["action"])
+        if not self.columns:
+            self.columns = {k: np.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in cols.items()}
+        if set(cols) != set(self.columns):
+            raise SpecError(f"transition: fields {sorted(set(cols) ^ set(self.columns))} differ from the buffer's")
+        for key, value in cols.items():
+            want = self.columns[key]
+            if value.shape[1:] != want.shape[1:] or value.dtype != want.dtype:
+                raise SpecError(f"{key}: shape/dtype {value.shape[1:]}/{value.dtype.name} differ from the buffer's "
+                                f"{want.shape[1:]}/{want.dtype.name}")
+        if n > self.capacity:
+            cols = {k: v[-self.capacity:] for k, v in cols.items()}
+            self.total_added += n - self.capacity
+            n = self.capacity
+        pos = (self.total_added + np.arange(n)) % self.capacity
+        for key, value in cols.items():
+            self.columns[key][pos] = value
+        self.total_added += n
+
+    def rows(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Columns at storage positions ``indices`` (copies)."""
+        return {k: v[indices] for k, v in self.columns.items()}
+
+    def sample_indices(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` uniformly random storage positions."""
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        return rng.integers(0, len(self), size=n)
+
+    def sample(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """A uniformly random batch of ``n`` rows."""
+        return self.rows(self.sample_indices(n, rng))
+
+    def transitions(self) -> list[Transition]:
+        """Every stored transition, oldest first."""
+        if len(self) == 0:
+            return []
+        order = (self.total_added - len(self) + np.arange(len(self))) % self.capacity
+        return columns_to_transitions(self.rows(order))
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        """Write the rows added since the last save as a new chunk, then the manifest (atomically).
+
+        Chunks holding only rows that have since left the ring are deleted after the manifest is written.
+        """
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest = _read_manifest(folder) if (folder / MANIFEST).is_file() else {"chunks": []}
+        chunks: list[list[int]] = [list(c) for c in manifest["chunks"]]
+        first_kept = self.total_added - len(self)
+        start = max(self._saved_upto, first_kept)
+        if self.total_added > start:
+            pos = np.arange(start, self.total_added) % self.capacity
+            name = f"chunk_{start:012d}.safetensors"
+            tmp = folder / f".{name}.tmp"
+            save_file(self.rows(pos), str(tmp))
+            os.replace(tmp, folder / name)
+            chunks.append([start, self.total_added])
+        kept = [c for c in chunks if c[1] > first_kept]
+        _write_json(folder / MANIFEST, {"format": FORMAT, "capacity": self.capacity, "total_added": self.total_added,
+                                        "chunks": kept})
+        for begin, _ in chunks:
+            if [begin, _] not in kept:
+                (folder / f"chunk_{begin:012d}.safetensors").unlink(missing_ok=True)
+        self._saved_upto = self.total_added
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path, capacity: int | None = None) -> ReplayBuffer:
+        """Rebuild a buffer from :meth:`save` output (same counts; ``capacity`` defaults to the saved one)."""
+        folder = Path(folder)
+        manifest = _read_manifest(folder)
+        buf = cls(int(capacity or manifest["capacity"]))
+        total = int(manifest["total_added"])
+        for begin, end in manifest["chunks"]:
+            file = folder / f"chunk_{int(begin):012d}.safetensors"
+            if not file.is_file():
+                raise FileNotFoundError(f"{folder}: chunk {file.name} listed in {MANIFEST} is missing")
+            cols = load_file(str(file))
+            if len(cols.get("action", ())) != end - begin:
+                raise SpecError(f"{file}: holds {len(cols.get('action', ()))} rows, the manifest says {end - begin}")
+            buf.total_added = int(begin)  # places rows at their original ring positions
+            buf._append_columns(cols)
+        buf.total_added = total
+        buf._saved_upto = total
+        return buf
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    file = folder / MANIFEST
+    if not file.is_file():
+        raise FileNotFoundError(f"{folder}: no {MANIFEST} (not a saved replay buffer)")
+    data = json.loads(file.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SpecError(f"{file}: 'format' must be {FORMAT!r}")
+    return data
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def route(transitions: Iterable[Transition], online: ReplayBuffer, demo: ReplayBuffer) -> None:
+    """RLPD / HIL-SERL routing: every step goes online; human intervention steps ALSO go to ``demo``."""
+    items = list(transitions)
+    online.extend(items)
+    demo.extend([t for t in items if t.is_intervention])
+
+
+def mixed_sample(online: ReplayBuffer, demo: ReplayBuffer, batch_size: int, demo_fraction: float,
+                 rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A batch with ``round(batch_size * demo_fraction)`` demo rows and the rest online (RLPD symmetric sampling).
+
+    When one buffer is empty the whole batch comes from the other. A ``from_demo`` column marks the rows.
+    """
+    if not 0.0 <= demo_fraction <= 1.0:
+        raise ValueError(f"demo_fraction: must be in [0, 1], got {demo_fraction}")
+    n_demo = round(batch_size * demo_fraction)
+    if len(demo) == 0:
+        n_demo = 0
+    elif len(online) == 0:
+        n_demo = batch_size
+    parts = []
+    if n_demo:
+        parts.append({**demo.sample(n_demo, rng), "from_demo": np.ones(n_demo, bool)})
+    if batch_size - n_demo:
+        parts.append({**online.sample(batch_size - n_demo, rng), "from_demo": np.zeros(batch_size - n_demo, bool)})
+    if len(parts) == 1:
+        return parts[0]
+    if set(parts[0]) != set(parts[1]):
+        raise SpecError("online and demo buffers hold different fields")
+    return {k: np.concatenate([parts[0][k], parts[1][k]]) for k in parts[0]}
