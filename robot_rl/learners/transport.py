@@ -95,7 +95,7 @@ class SocketTransitionServer:
         out: list[Transition] = []
         if not conns:
             return out
-        for conn in wait(conns, timeout):  # type: ignore[arg-type]
+        for conn in wait(conns, timeout):
             assert isinstance(conn, Connection)
             while True:
                 try:
