@@ -1,0 +1,162 @@
+"""HG-DAgger / RaC-style learner: behaviour cloning on human-gated segments plus the demonstrations.
+
+Only steps a human controlled are labels (HG-DAgger discards autonomous segments; RaC imitates the
+recovery + correction segments, not the policy-executed prefix). Segments are windowed like episodes
+(observation history and action chunks never cross a segment boundary), and each batch mixes demos and
+interventions at ``intervention_fraction`` so a few minutes of corrections are not drowned by hours of
+demonstrations (SOP's up-weighting of online data). Works with any :class:`robot_rl.policies.base.Policy`.
+Intervention segments are kept in a :class:`~robot_rl.learners.buffers.ReplayBuffer`, so they are saved
+and restored with the learner (no pickle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robot_rl.core.spaces import SpecError
+from robot_rl.core.transition import SegmentSource, Transition
+from robot_rl.learners.buffers import ReplayBuffer
+from robot_rl.policies.base import Policy
+from robot_rl.training.dataset import ChunkDataset
+
+
+@dataclass
+class HGDAggerConfig:
+    """HG-DAgger training settings."""
+
+    batch_size: int = 64
+    """Windows per gradient step."""
+    lr: float = 1e-4
+    """AdamW learning rate (fine-tuning: lower than from-scratch BC)."""
+    weight_decay: float = 1e-6
+    """AdamW weight decay."""
+    updates_per_round: int = 200
+    """Gradient steps per :meth:`HGDAggerLearner.update` call."""
+    intervention_fraction: float = 0.5
+    """Share of each batch drawn from human segments once there are any (the rest from demos)."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip."""
+    capacity: int = 200_000
+    """Intervention steps kept (oldest dropped first)."""
+    seed: int = 0
+    """Seed of the window sampler."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.updates_per_round < 1 or self.capacity < 1:
+            raise ValueError("batch_size, updates_per_round and capacity must be >= 1")
+        if not 0.0 <= self.intervention_fraction <= 1.0:
+            raise ValueError(f"intervention_fraction: must be in [0, 1], got {self.intervention_fraction}")
+        if self.lr <= 0 or self.weight_decay < 0 or self.grad_clip <= 0:
+            raise ValueError("lr and grad_clip must be > 0, weight_decay >= 0")
+
+
+class HGDAggerLearner:
+    """Aggregates human-gated segments and fine-tunes ``policy`` on them plus ``demos``."""
+
+    def __init__(self, policy: Policy, config: HGDAggerConfig | None = None,
+                 demos: ChunkDataset | None = None) -> None:
+        self.policy, self.config, self.demos = policy, config or HGDAggerConfig(), demos
+        self.keys = [*policy.state_keys, *policy.image_keys]
+        self.interventions = ReplayBuffer(self.config.capacity)
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.config.lr,
+                                           weight_decay=self.config.weight_decay)
+        self.rng = np.random.default_rng(self.config.seed)
+        self.updates = 0
+        self._dataset: ChunkDataset | None = None
+        if demos is not None and not bool(policy.normalizer.fitted):
+            policy.set_stats(demos.stats())
+
+    @property
+    def num_intervention_steps(self) -> int:
+        """Human-controlled steps held."""
+        return len(self.interventions)
+
+    def add_rollout(self, transitions: Sequence[Transition]) -> int:
+        """Keep the human-controlled steps of a rollout; returns how many were kept."""
+        human = [t for t in transitions if t.segment_source is SegmentSource.HUMAN]
+        for t in human:
+            missing = [k for k in self.keys if k not in t.observation]
+            if missing:
+                raise SpecError(f"observation: missing key(s) {missing} the policy needs")
+        if human:
+            self.interventions.extend(human)
+            self._dataset = None
+        return len(human)
+
+    def intervention_dataset(self) -> ChunkDataset | None:
+        """Human segments as a windowed dataset (one 'episode' per segment), or None when empty."""
+        if len(self.interventions) == 0:
+            return None
+        if self._dataset is None:
+            n, cap = len(self.interventions), self.interventions.capacity
+            order = (self.interventions.total_added - n + np.arange(n)) % cap
+            rows = self.interventions.rows(order)
+            ep, seg = rows["episode_id"], rows["segment_id"]
+            cut = np.flatnonzero((ep[1:] != ep[:-1]) | (seg[1:] != seg[:-1])) + 1
+            ends = np.r_[cut, n]
+            columns = {}
+            for key in self.keys:
+                value = rows[f"obs.{key}"]
+                columns[key] = value if key in self.policy.image_keys else value.astype(np.float32).reshape(n, -1)
+            cfg = self.policy.config
+            self._dataset = ChunkDataset(columns, rows["action"].astype(np.float32), ends,
+                                         [self.policy.task] * len(ends), self.policy.image_keys,
+                                         cfg.n_obs_steps, cfg.horizon)
+        return self._dataset
+
+    def _batch(self) -> dict[str, Any]:
+        cfg = self.config
+        online = self.intervention_dataset()
+        n_int = 0 if online is None else round(cfg.batch_size * cfg.intervention_fraction)
+        if self.demos is None:
+            n_int = cfg.batch_size
+        if online is None and self.demos is None:
+            raise ValueError("HG-DAgger has no data: give demos or add rollouts with human segments")
+        parts = []
+        if n_int and online is not None:
+            parts.append(online.sample(n_int, self.rng))
+        if cfg.batch_size - n_int and self.demos is not None:
+            parts.append(self.demos.sample(cfg.batch_size - n_int, self.rng))
+        if len(parts) == 1:
+            return parts[0]
+        return {"obs": {k: torch.cat([parts[0]["obs"][k], parts[1]["obs"][k]]) for k in parts[0]["obs"]},
+                "action": torch.cat([parts[0]["action"], parts[1]["action"]]),
+                "task": parts[0]["task"] + parts[1]["task"]}
+
+    def update(self, steps: int | None = None) -> dict[str, float]:
+        """``steps`` (default ``updates_per_round``) gradient steps; returns the mean loss."""
+        if not bool(self.policy.normalizer.fitted):
+            data = self.intervention_dataset()
+            if data is None:
+                raise ValueError("HG-DAgger has no data to fit the policy's normaliser")
+            self.policy.set_stats(data.stats())
+        self.policy.train()
+        losses = []
+        for _ in range(steps or self.config.updates_per_round):
+            loss, _ = self.policy.compute_loss(self._batch())
+            self.optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.grad_clip)
+            self.optimizer.step()
+            losses.append(float(loss.detach()))
+            self.updates += 1
+        self.policy.eval()
+        return {"loss": float(np.mean(losses)), "intervention_steps": float(len(self.interventions))}
+
+    def save(self, folder: str | Path) -> Path:
+        """The policy checkpoint under ``policy/`` and the intervention buffer under ``interventions/``."""
+        folder = Path(folder)
+        self.policy.save(folder / "policy")
+        self.interventions.save(folder / "interventions")
+        return folder
+
+    def restore_interventions(self, folder: str | Path) -> None:
+        """Load the intervention buffer a previous :meth:`save` wrote (a restarted learner keeps its data)."""
+        self.interventions = ReplayBuffer.load(Path(folder) / "interventions", capacity=self.config.capacity)
+        self._dataset = None
