@@ -234,3 +234,12 @@ def test_random_shift_moves_images_by_at_most_pad_pixels() -> None:
         xs.append(x - 6)
         assert out[i].sum() == 1.0
     assert max(map(abs, ys + xs)) <= 2 and len(set(zip(ys, xs))) > 3
+
+
+def test_chunk_executor_imports_without_torch() -> None:
+    """The ROS policy node reuses the executor; importing it must not pull in torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, robot_rl.policies.chunking; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
