@@ -6,8 +6,8 @@
    224x224 at 30 Hz, with the default Fast DDS transports and with config/fastdds_shm.xml. Latency is
    receive time minus header.stamp (the capture time), so it includes JPEG encoding of the compressed
    twin stream and the publish; both ends are on one machine and clock.
-2. JointState (7 joints) at 1 kHz from a publisher process through an echo process and back: one-way
-   latency is half the measured round trip.
+2. JointState (7 joints) at 1 kHz from a publisher process (busy-wait pacing) to a subscriber in this
+   process; latency is receive time minus the publish stamp.
 Prints a table with ratios (default vs SHM profile).
 """
 
@@ -35,7 +35,7 @@ import rclpy  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 
-from robot_rl.ros.conversions import joint_state_to_msg, stamp_to_ns  # noqa: E402
+from robot_rl.ros.conversions import stamp_to_ns  # noqa: E402
 
 SHM = REPO / "config" / "fastdds_shm.xml"
 
@@ -97,51 +97,50 @@ def camera_run(size: tuple[int, int], shm: bool, seconds: float, tmp: Path) -> d
     return {"hz": rate, "p50": p50, "p99": p99}
 
 
-ECHO = """
+PUBLISHER = """
+import sys, time
+import numpy as np
 import rclpy
-from rclpy.node import Node
 from sensor_msgs.msg import JointState
-rclpy.init(); n = Node('echo')
-pub = n.create_publisher(JointState, 'js_back', 100)
-n.create_subscription(JointState, 'js_out', pub.publish, 100)
-rclpy.spin(n)
+from robot_rl.ros.conversions import joint_state_to_msg
+rate, seconds = float(sys.argv[1]), float(sys.argv[2])
+rclpy.init(); node = rclpy.create_node('js_publisher')
+pub = node.create_publisher(JointState, 'js_bench', 100)
+while pub.get_subscription_count() == 0:
+    time.sleep(0.01)
+time.sleep(0.5)
+names = [f'joint{i}' for i in range(1, 8)]; q = np.zeros(7)
+period, sent = 1.0 / rate, 0
+start = time.perf_counter(); next_t = start
+while time.perf_counter() - start < seconds:
+    pub.publish(joint_state_to_msg(names, q, q, q, stamp_ns=time.time_ns()))
+    sent += 1; next_t += period
+    while time.perf_counter() < next_t:
+        pass
+print(sent, flush=True)
+node.destroy_node(); rclpy.shutdown()
 """
 
 
 def joint_state_run(seconds: float, rate_hz: float = 1000.0) -> dict[str, float]:
-    echo = subprocess.Popen([sys.executable, "-c", ECHO], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """One way: a publisher process at ``rate_hz`` (busy-wait pacing) -> a subscriber in this process."""
     rclpy.init()
     node = rclpy.create_node("bench_js")
-    rtt: list[float] = []
-    node.create_subscription(JointState, "js_back",
-                             lambda m: rtt.append((time.time_ns() - stamp_to_ns(m.header.stamp)) / 1e6), 100)
-    pub = node.create_publisher(JointState, "js_out", 100)
-    deadline = time.monotonic() + 30
-    while (pub.get_subscription_count() == 0 or node.count_publishers("js_back") == 0) and time.monotonic() < deadline:
-        rclpy.spin_once(node, timeout_sec=0.05)
-    time.sleep(0.5)
-    names = [f"joint{i}" for i in range(1, 8)]
-    q = np.zeros(7)
-    sent = 0
-    period = 1.0 / rate_hz
-    start = time.perf_counter()
-    next_t = start
-    while time.perf_counter() - start < seconds:
-        pub.publish(joint_state_to_msg(names, q, q, q, stamp_ns=time.time_ns()))
-        sent += 1
-        next_t += period
-        while time.perf_counter() < next_t:
-            rclpy.spin_once(node, timeout_sec=0)
-    end = time.monotonic() + 1.0
+    latency: list[float] = []
+    node.create_subscription(JointState, "js_bench",
+                             lambda m: latency.append((time.time_ns() - stamp_to_ns(m.header.stamp)) / 1e6), 100)
+    pub = subprocess.Popen([sys.executable, "-c", PUBLISHER, str(rate_hz), str(seconds)], stdout=subprocess.PIPE,
+                           text=True)
+    while pub.poll() is None:
+        rclpy.spin_once(node, timeout_sec=0.01)
+    end = time.monotonic() + 0.5
     while time.monotonic() < end:
         rclpy.spin_once(node, timeout_sec=0.01)
+    sent = int((pub.stdout.read() if pub.stdout else "0").strip() or 0)
     node.destroy_node()
     rclpy.shutdown()
-    echo.terminate()
-    echo.wait(timeout=10)
-    p50, p99 = _stats(rtt)
-    return {"sent": sent, "received": len(rtt), "hz": len(rtt) / seconds, "oneway_p50": p50 / 2,
-            "oneway_p99": p99 / 2}
+    p50, p99 = _stats(latency) if latency else (float("nan"), float("nan"))
+    return {"sent": sent, "received": len(latency), "p50": p50, "p99": p99}
 
 
 def main() -> None:
@@ -162,9 +161,9 @@ def main() -> None:
     for (w, h), d, s in rows:
         print(f"{w}x{h:<5} | {d['hz']:10.1f} {d['p50']:7.2f} {d['p99']:7.2f} | {s['hz']:7.1f} {s['p50']:7.2f} "
               f"{s['p99']:7.2f} | {d['p50'] / s['p50']:14.1f}x")
-    print(f"\nJointState (7 joints) at 1 kHz through an echo process: sent {js['sent']}, received {js['received']} "
-          f"({js['received'] / js['sent']:.1%}), one-way latency p50 {js['oneway_p50']:.3f} ms, "
-          f"p99 {js['oneway_p99']:.3f} ms")
+    print(f"\nJointState (7 joints) at 1 kHz, publisher process -> subscriber: sent {js['sent']}, received "
+          f"{js['received']} ({js['received'] / max(js['sent'], 1):.1%}), latency p50 {js['p50']:.3f} ms, "
+          f"p99 {js['p99']:.3f} ms")
 
 
 if __name__ == "__main__":
