@@ -81,3 +81,41 @@ def test_nan_proposal_is_never_executed(env: gym.Env) -> None:
         human.step(obs, np.zeros(3, np.float32))
     with pytest.raises(ValueError, match="release_threshold"):
         SimulatedHumanConfig(risk_threshold=0.1, release_threshold=0.2)
+
+
+class ListSender:
+    """Collects what an actor would send (the transport interface)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list] = []
+
+    def send(self, transitions: list) -> None:
+        self.batches.append(list(transitions))
+
+    def close(self) -> None:
+        pass
+
+
+def test_run_episode_labels_segments_and_streams_during_the_episode(env: gym.Env) -> None:
+    from robot_rl.core.transition import SegmentSource
+    from robot_rl.learners.credit import assign_credit
+    from robot_rl.learners.rollout import run_episode
+
+    expert = expert_for(env)
+    steps = iter(range(1000))
+    policy = lambda o: expert.act(o) if next(steps) < 10 else UP  # noqa: E731
+    human = SimulatedHuman(expert_for(env), SimulatedHumanConfig(reaction_delay=2, smoothing=1.0, seed=3))
+    sender = ListSender()
+    result = run_episode(env, policy, episode_id=7, human=human, sender=sender, send_every=5, seed=0,
+                         policy_version=lambda: 4)
+    ts = result.transitions
+    assert result.success and result.takeovers == 1 and result.intervention_steps > 0
+    assert [len(b) for b in sender.batches[:-1]] == [5] * (len(sender.batches) - 1)  # streamed, not per episode
+    assert sum(len(b) for b in sender.batches) == len(ts)
+    first = next(i for i, t in enumerate(ts) if t.is_intervention)
+    assert first == 12 and ts[first].segment_id == 1 and ts[first - 1].segment_id == 0
+    assert all(t.segment_source is SegmentSource.HUMAN for t in ts[first:] if t.segment_id == 1)
+    assert all(t.policy_version == 4 and t.episode_id == 7 for t in ts)
+    assert ts[first].policy_action is not None and not np.allclose(ts[first].policy_action, ts[first].action)
+    credit = assign_credit(ts, result.success)
+    assert credit.segments[0].outcome == -1.0  # the drifting policy segment is blamed, not the human's
