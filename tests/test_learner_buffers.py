@@ -118,3 +118,18 @@ def test_bad_input_is_refused_and_nothing_is_lost() -> None:
         ReplayBuffer(5).sample(1, np.random.default_rng())
     with pytest.raises(FileNotFoundError, match=r"buffer\.json"):
         ReplayBuffer.load("/nonexistent/buffer")
+
+
+def test_sample_gives_the_base_action_of_the_next_step() -> None:
+    buf = ReplayBuffer(50)
+    items = []
+    for i in range(30):  # episodes of 7 steps
+        t = make(i, image=False)
+        items.append(t.replace(base_action=np.array([i, -i], np.float32)))
+    buf.extend(items)
+    batch = buf.sample(200, np.random.default_rng(0))
+    i = batch["step"] + 7 * batch["episode_id"]
+    last_of_episode = (batch["step"] == 6) | (i == 29)
+    expected = np.where(last_of_episode, i, i + 1)
+    assert np.array_equal(batch["next_base_action"][:, 0], expected.astype(np.float32))
+    assert last_of_episode.any() and (~last_of_episode).any()

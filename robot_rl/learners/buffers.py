@@ -160,8 +160,20 @@ class ReplayBuffer:
         return rng.integers(0, len(self), size=n)
 
     def sample(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """A uniformly random batch of ``n`` rows."""
-        return self.rows(self.sample_indices(n, rng))
+        """A uniformly random batch of ``n`` rows, plus ``next_base_action``.
+
+        ``next_base_action`` is the base policy's action at ``next_observation`` (a residual actor's target
+        needs it): the following row's ``base_action`` when that row is the next step of the same episode,
+        else this row's own (episode end or the next step not stored yet).
+        """
+        idx = self.sample_indices(n, rng)
+        batch = self.rows(idx)
+        nxt = (idx + 1) % self.capacity
+        follows = ((self.total_added - 1) % self.capacity != idx) & (len(self) > 1)
+        follows &= (self.columns["episode_id"][nxt] == batch["episode_id"])
+        follows &= (self.columns["step"][nxt] == batch["step"] + 1)
+        batch["next_base_action"] = np.where(follows[:, None], self.columns["base_action"][nxt], batch["base_action"])
+        return batch
 
     def transitions(self) -> list[Transition]:
         """Every stored transition, oldest first."""

@@ -216,6 +216,8 @@ class SACLearner:
                "done": torch.as_tensor(batch["terminated"], dtype=torch.float32)}
         base = batch.get("base_action")
         out["base"] = torch.as_tensor(base, dtype=torch.float32) if base is not None else out["action"]
+        next_base = batch.get("next_base_action")
+        out["next_base"] = torch.as_tensor(next_base, dtype=torch.float32) if next_base is not None else out["base"]
         return out
 
     def update(self, batches: Sequence[dict[str, np.ndarray]]) -> dict[str, float]:
@@ -230,8 +232,7 @@ class SACLearner:
         for raw in batches:
             b = self._tensors(raw)
             with torch.no_grad():
-                next_base = b["base"]  # the base action at s' is not stored; the one at s is a close proxy
-                next_action, next_logp = self.actor(b["next_obs"], next_base)
+                next_action, next_logp = self.actor(b["next_obs"], b["next_base"])
                 pick = torch.randperm(cfg.num_critics, generator=self.rng)[: cfg.num_target_critics]
                 q_next = self.target(b["next_obs"], next_action)[pick].min(0).values
                 target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * (q_next - self.alpha * next_logp)
