@@ -74,6 +74,11 @@ def test_ring_keeps_newest_and_save_restore_keeps_counts(tmp_path: Path) -> None
     again = ReplayBuffer.load(tmp_path / "buf")
     assert (len(again), again.total_added) == (25, 43)
     assert [int(t.step + 7 * t.episode_id) for t in again.transitions()] == list(range(18, 43))
+    stranger = ReplayBuffer(25)
+    stranger.extend([make(i) for i in range(5)])
+    with pytest.raises(ValueError, match="another buffer"):  # would mix two buffers' rows
+        stranger.save(tmp_path / "buf")
+    assert ReplayBuffer.load(tmp_path / "buf").total_added == 43
 
 
 def test_save_only_writes_new_rows(tmp_path: Path) -> None:

@@ -191,6 +191,9 @@ class ReplayBuffer:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         manifest = _read_manifest(folder) if (folder / MANIFEST).is_file() else {"chunks": []}
+        if int(manifest.get("total_added", 0)) != self._saved_upto:
+            raise ValueError(f"{folder}: holds another buffer's saves ({manifest.get('total_added')} rows; this buffer "
+                             f"saved {self._saved_upto} there); load it with ReplayBuffer.load or use a new folder")
         chunks: list[list[int]] = [list(c) for c in manifest["chunks"]]
         first_kept = self.total_added - len(self)
         start = max(self._saved_upto, first_kept)
