@@ -32,6 +32,7 @@ from std_msgs.msg import Bool, Float64MultiArray, String
 
 from robot_rl.control.base import RobotState
 from robot_rl.control.config import build_controller, load_control_config
+from robot_rl.control.rotations import mat_to_quat
 from robot_rl.control.safety import SafetyLayer
 from robot_rl.core.spaces import SpecError
 from robot_rl.robots import robot_module
@@ -148,7 +149,7 @@ class ControllerNode(Node):
         self.pub_cmd.publish(Float64MultiArray(data=torques.tolist()))
         if self.pub_pose is not None and self.arm_model is not None:
             stamp = time.time_ns()
-            self.pub_pose.publish(pose_to_msg(self.arm_model.ee_position(), _rot_to_quat(self.arm_model.ee_rotation()),
+            self.pub_pose.publish(pose_to_msg(self.arm_model.ee_position(), mat_to_quat(self.arm_model.ee_rotation()),
                                               stamp, self.config.base_frame))
         mode = self.controller.mode.value
         if mode != self._last_mode:
@@ -164,14 +165,6 @@ class ControllerNode(Node):
         array.status.append(DiagnosticStatus(name="robot_rl/controller", hardware_id=self.config.robot, level=level,
                                              message=f"{status.mode.value}: {status.reason}"))
         self.pub_diag.publish(array)
-
-
-def _rot_to_quat(rot: np.ndarray) -> np.ndarray:
-    import mujoco
-
-    quat = np.zeros(4)
-    mujoco.mju_mat2Quat(quat, np.ascontiguousarray(rot, dtype=np.float64).ravel())
-    return quat
 
 
 def main(args: list[str] | None = None) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from robot_rl.control.rotations import mat_to_quat, quat_to_mat
+
 MAX_LIN_SPEED = 0.4
 """Largest commanded tcp speed [m/s] at action magnitude 1."""
 MAX_ANG_SPEED = 1.5
@@ -45,9 +47,7 @@ class CartesianDeltaIntegrator:
         """The measured tool pose; the first one also initialises the orientation target."""
         self.tcp = np.asarray(position, dtype=np.float64).copy()
         if self.target_rot is None:
-            mat = np.zeros(9)
-            mujoco.mju_quat2Mat(mat, np.asarray(quat, dtype=np.float64))
-            self.target_rot = mat.reshape(3, 3)
+            self.target_rot = quat_to_mat(quat)
 
     def reset(self) -> None:
         """Forget the orientation target (new episode)."""
@@ -64,6 +64,4 @@ class CartesianDeltaIntegrator:
         d = np.clip(np.asarray(delta, dtype=np.float64), -1.0, 1.0)
         position = np.clip(self.tcp + d[:3] * self.step_lin, WORKSPACE_LOW, WORKSPACE_HIGH)
         self.target_rot = rpy_matrix(*(d[3:] * self.step_ang)) @ self.target_rot
-        quat = np.zeros(4)
-        mujoco.mju_mat2Quat(quat, self.target_rot.ravel())
-        return position, quat
+        return position, mat_to_quat(self.target_rot)

@@ -17,6 +17,7 @@ import numpy as np
 
 from robot_rl.control.base import RobotState
 from robot_rl.control.joint_pd import JointPDConfig, JointPDController
+from robot_rl.control.rotations import quat_to_mat
 from robot_rl.control.targets import JointTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, g1, qpos_indices
@@ -36,13 +37,6 @@ KD = np.array([*_LEG_KD, *_LEG_KD, 3.0, 3.0, 3.0, *_ARM_KD, *_ARM_KD])
 """Joint PD damping [Nm s/rad] per joint."""
 FALL_HEIGHT = 0.45
 FALL_TILT_DEG = 50.0
-
-
-def quat_to_mat(quat: np.ndarray) -> np.ndarray:
-    """3x3 rotation of a wxyz quaternion."""
-    mat = np.zeros(9)
-    mujoco.mju_quat2Mat(mat, np.asarray(quat, dtype=np.float64))
-    return mat.reshape(3, 3)
 
 
 class HumanoidEnv(RobotEnv):

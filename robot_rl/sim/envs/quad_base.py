@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
+from robot_rl.control.rotations import quat_to_mat
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, cf2x
 from robot_rl.sim import scenes
@@ -35,13 +36,6 @@ MAX_TILT_COS = np.cos(np.radians(80.0))
 MAX_DISTANCE = 3.0
 """Crash: below MIN_HEIGHT (the collision sphere touches the floor at 0.065 m), tilted beyond 80 deg,
 or farther than MAX_DISTANCE from the goal."""
-
-
-def body_rotation(quat: np.ndarray) -> np.ndarray:
-    """3x3 rotation (body to world) of a wxyz quaternion."""
-    mat = np.zeros(9)
-    mujoco.mju_quat2Mat(mat, np.asarray(quat, dtype=np.float64))
-    return mat.reshape(3, 3)
 
 
 class QuadEnv(RobotEnv):
@@ -159,7 +153,7 @@ class QuadEnv(RobotEnv):
 
     def _reward_terms(self) -> dict[str, float]:
         _, quat, lin, ang = self.state()
-        up = body_rotation(quat)[2, 2]
+        up = quat_to_mat(quat)[2, 2]  # body z axis, world z component
         return {
             "position": -self.error(),
             "velocity": -0.1 * float(np.linalg.norm(lin - self.goal_vel)),
@@ -170,4 +164,4 @@ class QuadEnv(RobotEnv):
 
     def _terminated(self) -> bool:
         pos, quat, _, _ = self.state()
-        return bool(pos[2] < MIN_HEIGHT or body_rotation(quat)[2, 2] < MAX_TILT_COS or self.error() > MAX_DISTANCE)
+        return bool(pos[2] < MIN_HEIGHT or quat_to_mat(quat)[2, 2] < MAX_TILT_COS or self.error() > MAX_DISTANCE)

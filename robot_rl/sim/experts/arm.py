@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
-import mujoco
 import numpy as np
 
+from robot_rl.control.rotations import quat_to_mat
 from robot_rl.sim import scenes
 from robot_rl.sim.envs.arm_base import MAX_ANG_SPEED, MAX_LIN_SPEED
 
@@ -46,9 +46,7 @@ class _ArmExpert:
         return np.r_[lin, ang, gripper].astype(np.float32)
 
     def _observe_hand(self, obs: Mapping[str, np.ndarray]) -> None:
-        mat = np.zeros(9)
-        mujoco.mju_quat2Mat(mat, np.asarray(obs["tcp_quat"], dtype=np.float64))
-        self._hand_z = mat.reshape(3, 3)[:, 2]
+        self._hand_z = quat_to_mat(obs["tcp_quat"])[:, 2]
 
     def _hand_yaw(self, obs: Mapping[str, np.ndarray]) -> float:
         return _yaw_from_quat(obs["tcp_quat"])

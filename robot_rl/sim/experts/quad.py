@@ -11,8 +11,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from robot_rl.control.rotations import quat_to_mat
 from robot_rl.robots import cf2x
-from robot_rl.sim.envs.quad_base import MAX_BODY_RATE, body_rotation
+from robot_rl.sim.envs.quad_base import MAX_BODY_RATE
 
 
 class HoverExpert:
@@ -31,7 +32,7 @@ class HoverExpert:
         acc = self.kp * (obs["goal_pos"] - pos) + self.kd * (obs["goal_vel"] - vel)
         acc[:2] = np.clip(acc[:2], -6.0, 6.0)
         acc[2] = np.clip(acc[2], -6.0, 8.0) + cf2x.GRAVITY
-        rot = body_rotation(obs["quat"])
+        rot = quat_to_mat(obs["quat"])
         thrust = self.mass * float(acc @ rot[:, 2])
         z_d = acc / np.linalg.norm(acc)
         x_c = np.array([np.cos(self.yaw), np.sin(self.yaw), 0.0])
