@@ -11,6 +11,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
+from helpers.ros_spin import spin_until  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
@@ -40,15 +41,9 @@ def test_controller_node_drives_emulated_arm_and_fails_safe(tmp_path: Path) -> N
             target = node.create_publisher(PoseStamped, "/target_pose", 10)
 
             def spin(seconds, goal=None, quat=None, until=None):  # type: ignore[no-untyped-def]
-                deadline, next_pub = time.monotonic() + seconds, 0.0
-                while time.monotonic() < deadline:
-                    if goal is not None and time.monotonic() >= next_pub:
-                        target.publish(pose_to_msg(goal, quat, time.time_ns(), "base"))
-                        next_pub = time.monotonic() + 0.05
-                    rclpy.spin_once(node, timeout_sec=0.01)
-                    if until is not None and until():
-                        return True
-                return False
+                publish = None if goal is None else lambda: target.publish(pose_to_msg(goal, quat, time.time_ns(),
+                                                                                      "base"))
+                return spin_until(node, seconds, until, publish)
 
             assert spin(60, until=lambda: len(poses) > 10 and modes), graph.log("controller")
             # Bring-up as an operator does it: clear whatever a start-up stall of the hardware latched.

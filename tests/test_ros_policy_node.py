@@ -12,6 +12,7 @@ import torch
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
+from helpers.ros_spin import spin_until  # noqa: E402
 from std_msgs.msg import Int64, String  # noqa: E402
 
 from robot_rl.policies.base import PolicySpec  # noqa: E402
@@ -60,12 +61,7 @@ def test_policy_node_streams_swaps_and_refuses(tmp_path: Path) -> None:
             node.create_subscription(String, "/controller/mode", lambda m: modes.append(m.data), LATCHED)
 
             def spin(seconds, until=None):  # type: ignore[no-untyped-def]
-                deadline = time.monotonic() + seconds
-                while time.monotonic() < deadline:
-                    rclpy.spin_once(node, timeout_sec=0.02)
-                    if until is not None and until():
-                        return True
-                return False
+                return spin_until(node, seconds, until)
 
             assert spin(60, until=lambda: len(targets) > 5), graph.log("policy")
             assert versions[-1] == 0

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
+from helpers.ros_spin import spin_until  # noqa: E402
 from std_msgs.msg import Bool, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -43,12 +43,7 @@ def test_teleop_session_is_recorded_with_interventions(tmp_path: Path) -> None:
             clients = {e: node.create_client(Trigger, f"/teleop/{e}") for e in ("success", "rerecord")}
 
             def spin(seconds, until=None):  # type: ignore[no-untyped-def]
-                deadline = time.monotonic() + seconds
-                while time.monotonic() < deadline:
-                    rclpy.spin_once(node, timeout_sec=0.02)
-                    if until is not None and until():
-                        return True
-                return False
+                return spin_until(node, seconds, until)
 
             def call(event):  # type: ignore[no-untyped-def]
                 assert clients[event].wait_for_service(timeout_sec=10)

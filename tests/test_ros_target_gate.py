@@ -10,6 +10,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
+from helpers.ros_spin import spin_until  # noqa: E402
 from std_msgs.msg import Bool, String  # noqa: E402
 
 from robot_rl.ros.conversions import pose_from_msg, pose_to_msg  # noqa: E402
@@ -44,15 +45,8 @@ def test_gate_forwards_holds_on_stale_and_estop(tmp_path: Path) -> None:
             quat = np.array([0.0, 1.0, 0.0, 0.0])
 
             def spin(seconds, pub=None, goal=None, until=None):  # type: ignore[no-untyped-def]
-                deadline, next_pub = time.monotonic() + seconds, 0.0
-                while time.monotonic() < deadline:
-                    if pub is not None and time.monotonic() >= next_pub:
-                        pub.publish(pose_to_msg(goal, quat, time.time_ns(), "base"))
-                        next_pub = time.monotonic() + 0.1
-                    rclpy.spin_once(node, timeout_sec=0.01)
-                    if until is not None and until():
-                        return True
-                return False
+                publish = None if pub is None else lambda: pub.publish(pose_to_msg(goal, quat, time.time_ns(), "base"))
+                return spin_until(node, seconds, until, publish, tick_period=0.1)
 
             assert spin(60, until=lambda: len(pose) > 5 and states), graph.log("target_gate")
             start = pose[-1].copy()
