@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "data": "robot_rl.cli.data",
     "train": "robot_rl.cli.train",
     "eval": "robot_rl.cli.eval",
+    "online": "robot_rl.cli.online",
     "sim": "robot_rl.cli.sim",
 }
 

@@ -39,6 +39,9 @@ class SimulatedHumanConfig:
     """Standard deviation of the Gaussian noise on the human's (expert's) action."""
     max_takeovers: int = 1000
     """Takeovers allowed per episode (a tired human); further drifting is left to fail."""
+    action_risk: bool = True
+    """Count the policy's disagreement with the expert as risk; False: only ``state_risk`` (a person who
+    watches where the robot is going, not every command it sends)."""
     seed: int = 0
     """Seed of the noise generator (reset restarts nothing; use :meth:`SimulatedHuman.seed`)."""
 
@@ -109,6 +112,8 @@ class SimulatedHuman:
             self.takeovers += 1
             proposal = np.full_like(expert_action, 2.0)  # maximal disagreement for the risk estimate
         raw = float(np.linalg.norm(np.clip(proposal, -1, 1) - expert_action) / np.sqrt(proposal.size))
+        if not cfg.action_risk and finite:
+            raw = 0.0
         if self.state_risk is not None:
             raw = max(raw, float(self.state_risk(obs)))
         self.risk = (1 - cfg.smoothing) * self.risk + cfg.smoothing * raw

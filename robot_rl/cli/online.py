@@ -1,0 +1,96 @@
+"""Online fine-tuning with human interventions: one learner process and N actor processes.
+
+    robot-rl online run --policy runs/bc/policy --demos data/pick.zarr --run runs/online   # all of it
+    robot-rl online learner --run runs/online        # or by hand: the learner (reads runs/online/online.yaml)
+    robot-rl online actor --run runs/online --index 1   # ... and any number of actors, in other terminals
+
+``run`` writes the config into the run folder and starts the others as child processes. The learner
+checkpoints into the run folder, so ``robot-rl online learner --run ...`` after a crash resumes with its
+buffers; actors keep running while it is away and reconnect.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from robot_rl.learners.online_config import OnlineConfig
+
+HELP = "online fine-tuning: learner + actors with a simulated human (HG-DAgger), as separate processes"
+DEFAULT_CONFIG = "config/learners/online_pick_lift.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``robot-rl online``."""
+    sub = parser.add_subparsers(dest="role", metavar="ROLE", required=True)
+    run = sub.add_parser("run", help="start a learner and the actors, wait, print the learning curve")
+    run.add_argument("--config", default=None, help=f"online config YAML (default: the installed {DEFAULT_CONFIG})")
+    run.add_argument("--run", required=True, help="run folder (weights, checkpoints, logs)")
+    run.add_argument("--policy", help="checkpoint folder of the policy to fine-tune (overrides the config)")
+    run.add_argument("--demos", help="episode store of demonstrations to mix in (overrides the config)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, e.g. actor.episodes=20 (repeatable)")
+    learner = sub.add_parser("learner", help="the learner process of a run folder")
+    learner.add_argument("--run", required=True, help="run folder holding online.yaml")
+    learner.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
+    actor = sub.add_parser("actor", help="one actor process of a run folder")
+    actor.add_argument("--run", required=True, help="run folder holding online.yaml")
+    actor.add_argument("--index", type=int, default=0, help="actor number (seeds, log file)")
+
+
+def default_config_path() -> Path:
+    """The online config shipped with robot_rl."""
+    from robot_rl.paths import package_share_dir
+
+    return package_share_dir() / DEFAULT_CONFIG
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to the role."""
+    from robot_rl.core.config import ConfigError, load_config
+    from robot_rl.learners.online import CONFIG_FILE
+    from robot_rl.learners.online_config import OnlineConfig
+
+    folder = Path(args.run)
+    try:
+        if args.role == "run":
+            cfg = load_config(OnlineConfig, args.config or default_config_path(), args.overrides)
+            if args.policy:
+                cfg.policy = args.policy
+            if args.demos:
+                cfg.learner.demos = args.demos
+            if not cfg.policy:
+                raise ConfigError("policy: no policy to fine-tune (give --policy)")
+            return _run_all(cfg, folder)
+        cfg = load_config(OnlineConfig, folder / CONFIG_FILE)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"robot-rl online: error: {exc}")
+        return 2
+    if args.role == "learner":
+        from robot_rl.learners.learner_process import OnlineLearner
+
+        learner = OnlineLearner(cfg, folder)
+        if learner.resumed_from:
+            print(f"resumed from the checkpoint: {learner.resumed_from}", flush=True)
+        print(f"learner done: {learner.run(args.max_seconds)}", flush=True)
+        return 0
+    from robot_rl.learners.actor_process import run_actor
+
+    records = run_actor(cfg, folder, args.index)
+    print(f"actor {args.index}: {sum(r['success'] for r in records)}/{len(records)} episodes succeeded", flush=True)
+    return 0
+
+
+def _run_all(cfg: OnlineConfig, folder: Path) -> int:
+    from robot_rl.learners.online import plot_learning_curve, run_online
+
+    result = run_online(cfg, folder)
+    print(f"{'episodes':>10} {'success':>8} {'human steps':>12} {'takeovers/ep':>13} {'weights':>8}")
+    for b in result.blocks(5):
+        print(f"{b['first']:>4}-{b['last']:<5} {b['success']:>8.0%} {b['intervention_rate']:>12.0%} "
+              f"{b['takeovers']:>13.2f} {'v' + str(b['version']):>8}")
+    png = plot_learning_curve(result, folder / "learning_curve.png")
+    print(f"{len(result.episodes)} episodes in {result.seconds:.0f} s; learning curve: {png}")
+    return 0

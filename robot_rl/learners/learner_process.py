@@ -1,0 +1,203 @@
+"""The learner process of online fine-tuning: receive transitions, train, publish weights, checkpoint.
+
+It runs beside the robots, never in their control loop: actors stream transitions to its socket while
+their episodes run; it trains HG-DAgger on the human-gated segments plus the demonstrations and writes
+numbered weight folders that actors (and the ROS policy node) swap in between action chunks.
+
+Run folder layout (everything a restart needs; nothing pickled)::
+
+    <run>/learner.json          address of the transition socket (+ the learner's pid)
+    <run>/learner.key           HMAC key actors authenticate with (mode 0600, kept across restarts)
+    <run>/weights/v<N>/         published policies (model.safetensors + policy.json), newest 3 kept
+    <run>/checkpoint/state/     policy + optimizer + counters (atomic folder swap)
+    <run>/checkpoint/steps/     every received transition (append-only safetensors chunks)
+    <run>/checkpoint/interventions/  the human-controlled steps HG-DAgger trains on
+    <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time
+
+A learner killed at any moment restarts from the last checkpoint with both buffers as they were then
+(the buffers are saved before the state, each atomically). Stop it with SIGTERM/SIGINT or by creating
+``<run>/STOP``; it checkpoints and publishes once more before exiting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robot_rl.core.transition import Transition
+from robot_rl.learners.buffers import ReplayBuffer
+from robot_rl.learners.hg_dagger import HGDAggerLearner
+from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.transport import SocketTransitionServer, WeightsPublisher
+from robot_rl.policies.base import Policy
+from robot_rl.training.checkpoint import load_training_state, save_training_state
+from robot_rl.training.dataset import ChunkDataset
+
+MAX_SOCKET_PATH = 100
+"""AF_UNIX paths longer than ~107 bytes are refused by the OS; longer run folders use a /tmp name."""
+
+
+def socket_address(run: Path) -> str:
+    """A fixed socket path per run folder, so a restarted learner is found at the same address."""
+    path = str(run.resolve() / "learner.sock")
+    if len(path) <= MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha1(str(run.resolve()).encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"robot_rl_learner_{digest}.sock")
+
+
+def load_or_create_key(run: Path) -> bytes:
+    """The run's HMAC key (created once, readable by the owner only)."""
+    file = run / "learner.key"
+    if file.is_file():
+        return bytes.fromhex(file.read_text(encoding="ascii").strip())
+    key = secrets.token_bytes(32)
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(key.hex())
+    return key
+
+
+def read_connection(run: Path, timeout: float = 60.0) -> tuple[str, bytes]:
+    """(address, key) of the learner of ``run``, waiting up to ``timeout`` s for it to come up."""
+    deadline = time.monotonic() + timeout
+    info = run / "learner.json"
+    while not info.is_file():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{run}: no learner came up within {timeout:.0f} s ({info} missing)")
+        time.sleep(0.05)
+    address = json.loads(info.read_text(encoding="utf-8"))["address"]
+    return address, bytes.fromhex((run / "learner.key").read_text(encoding="ascii").strip())
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class OnlineLearner:
+    """One learner of one run folder; :meth:`run` loops until stopped."""
+
+    def __init__(self, cfg: OnlineConfig, run: str | Path) -> None:
+        self.cfg, self.run_dir = cfg, Path(run)
+        lc = cfg.learner
+        torch.set_num_threads(lc.num_threads)
+        torch.manual_seed(lc.hg_dagger.seed)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt = self.run_dir / "checkpoint"
+        state = self.ckpt / "state"
+        policy = Policy.load(state if (state / "train_state.json").is_file() else cfg.policy)
+        demos = None
+        if lc.demos:
+            pc = policy.config
+            demos = ChunkDataset.from_store(lc.demos, pc.state_keys, pc.image_keys, pc.n_obs_steps, pc.horizon)
+        self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos)
+        self.steps = ReplayBuffer(lc.capacity)
+        self.updates = 0
+        self.resumed_from: dict[str, int] | None = None
+        if (state / "train_state.json").is_file():
+            meta = load_training_state(state, policy, None, self.learner.optimizer)
+            self.updates = int(meta["step"])
+            self.learner.restore_interventions(self.ckpt)
+            self.steps = ReplayBuffer.load(self.ckpt / "steps", capacity=lc.capacity)
+            self.resumed_from = {"updates": self.updates, "steps": self.steps.total_added,
+                                 "human_steps": self.learner.interventions.total_added}
+        self.publisher = WeightsPublisher(self.run_dir / "weights")
+        self._stop = False
+        self._last_ckpt = time.monotonic()
+        self._last_publish = self.updates
+        self._losses: list[float] = []
+
+    # ----------------------------------------------------------------------------- pieces
+    def add(self, transitions: list[Transition]) -> None:
+        """Keep every step; HG-DAgger keeps the human ones."""
+        if transitions:
+            self.steps.extend(transitions)
+            self.learner.add_rollout(transitions)
+
+    def train_allowed(self) -> int:
+        """Gradient steps allowed now (0 until enough human data, then bounded by the update-to-data ratio)."""
+        lc = self.cfg.learner
+        if self.learner.num_intervention_steps < max(1, lc.min_intervention_steps):
+            return 0
+        budget = int(lc.update_to_data * self.steps.total_added) - self.updates
+        return max(0, min(lc.updates_per_cycle, budget))
+
+    def train(self, n: int) -> None:
+        """``n`` gradient steps."""
+        metrics = self.learner.update(n)
+        self.updates += n
+        self._losses.append(metrics["loss"])
+
+    def publish(self) -> int:
+        """Publish the current weights as the next version; log a line."""
+        version = self.publisher.publish_policy(self.learner.policy)
+        self._last_publish = self.updates
+        line = {"t": time.time(), "version": version, "updates": self.updates,
+                "loss": float(np.mean(self._losses)) if self._losses else None,
+                "steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added}
+        self._losses = []
+        with (self.run_dir / "learner_log.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+        return version
+
+    def checkpoint(self) -> None:
+        """Buffers first (append-only), then the state that names their counts (atomic swap)."""
+        self.steps.save(self.ckpt / "steps")
+        self.learner.interventions.save(self.ckpt / "interventions")
+        save_training_state(self.ckpt / "state", self.learner.policy, None, self.learner.optimizer, self.updates,
+                            {"steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added})
+        self._last_ckpt = time.monotonic()
+
+    def stop(self, *_: Any) -> None:
+        """Finish the current cycle, checkpoint, publish, exit (signal handler)."""
+        self._stop = True
+
+    # ----------------------------------------------------------------------------- loop
+    def run(self, max_seconds: float | None = None) -> dict[str, Any]:
+        """Serve until SIGTERM/SIGINT, a STOP file or ``max_seconds``; returns the final counters."""
+        lc = self.cfg.learner
+        address = socket_address(self.run_dir)
+        key = load_or_create_key(self.run_dir)
+        if os.path.exists(address):
+            os.unlink(address)  # a stale socket of a killed learner
+        server = SocketTransitionServer(address, key)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.stop)
+        if self.publisher.version == 0 or self.resumed_from is not None:
+            self.publish()  # actors start from (or return to) the learner's weights
+        _write_json(self.run_dir / "learner.json", {"address": address, "pid": os.getpid(),
+                                                    "resumed_from": self.resumed_from})
+        start = time.monotonic()
+        try:
+            while not self._stop and not (self.run_dir / "STOP").exists():
+                if max_seconds is not None and time.monotonic() - start > max_seconds:
+                    break
+                n = self.train_allowed()
+                self.add(server.receive(timeout=0.0 if n else 0.05))
+                if n:
+                    self.train(n)
+                if self.updates - self._last_publish >= lc.publish_every:
+                    self.publish()
+                if time.monotonic() - self._last_ckpt >= lc.checkpoint_every_s:
+                    self.checkpoint()
+            self.add(server.receive(timeout=0.2))  # what is still in flight
+        finally:
+            server.close()
+        if self.updates != self._last_publish:
+            self.publish()
+        self.checkpoint()
+        return {"updates": self.updates, "steps": self.steps.total_added,
+                "human_steps": self.learner.interventions.total_added, "version": self.publisher.version,
+                "dropped": list(server.dropped)}

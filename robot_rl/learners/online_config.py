@@ -1,0 +1,91 @@
+"""Settings of an online fine-tuning run: one learner process, N actor processes, one run folder.
+
+One YAML file (``config/learners/online_pick_lift.yaml``) describes the whole run, so the learner and
+every actor read the same numbers; ``robot-rl online ... --set key=value`` overrides any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from robot_rl.learners.hg_dagger import HGDAggerConfig
+from robot_rl.learners.simulated_human import SimulatedHumanConfig
+
+
+@dataclass
+class ActorConfig:
+    """What each actor process does."""
+
+    env_id: str = "robot_rl/ArmPickLift-v0"
+    """Gymnasium id of the environment the actors run."""
+    episodes: int = 100
+    """Episodes per actor, then it disconnects."""
+    seed: int = 0
+    """Episode ``k`` of actor ``i`` resets with seed ``seed + 100_000 * i + k``."""
+    send_every: int = 5
+    """Steps per transition batch sent to the learner during the episode (not one batch per episode)."""
+    pending_limit: int = 100_000
+    """Steps an actor keeps while the learner is unreachable (reconnects and sends them later)."""
+    human: SimulatedHumanConfig = field(default_factory=SimulatedHumanConfig)
+    """The simulated human who watches each actor (its seed is offset by the actor index)."""
+    human_risk: str = "grasp"
+    """When the human steps in: ``grasp`` (the state is drifting toward a failed grasp, see
+    robot_rl.learners.task_risk) or ``action`` (the policy's action disagrees with the expert's)."""
+    num_threads: int = 1
+    """torch CPU threads per actor."""
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1 or self.send_every < 1 or self.pending_limit < 1 or self.num_threads < 1:
+            raise ValueError("episodes, send_every, pending_limit and num_threads must be >= 1")
+        if self.human_risk not in ("grasp", "action"):
+            raise ValueError(f"human_risk: must be 'grasp' or 'action', got {self.human_risk!r}")
+
+
+@dataclass
+class LearnerConfig:
+    """What the learner process does with the stream."""
+
+    demos: str = ""
+    """Episode store (zarr) of demonstrations mixed into every batch (empty: interventions only)."""
+    hg_dagger: HGDAggerConfig = field(default_factory=HGDAggerConfig)
+    """Behaviour cloning on human-gated segments plus demos."""
+    min_intervention_steps: int = 20
+    """Human steps to collect before the first gradient step."""
+    update_to_data: float = 2.0
+    """At most this many gradient steps per received step (a fast learner waits for data)."""
+    updates_per_cycle: int = 10
+    """Gradient steps between two polls of the transport."""
+    publish_every: int = 100
+    """Publish weights every N gradient steps."""
+    checkpoint_every_s: float = 20.0
+    """Checkpoint (weights, optimizer, buffers) at most this often; always at exit."""
+    capacity: int = 1_000_000
+    """Transitions kept in the all-steps buffer (the record of the run)."""
+    num_threads: int = 1
+    """torch CPU threads of the learner."""
+
+    def __post_init__(self) -> None:
+        if self.min_intervention_steps < 0 or self.updates_per_cycle < 1 or self.publish_every < 1:
+            raise ValueError("min_intervention_steps >= 0, updates_per_cycle >= 1 and publish_every >= 1")
+        if not self.update_to_data > 0 or not self.checkpoint_every_s > 0:
+            raise ValueError("update_to_data and checkpoint_every_s must be > 0")
+        if self.capacity < 1 or self.num_threads < 1:
+            raise ValueError("capacity and num_threads must be >= 1")
+
+
+@dataclass
+class OnlineConfig:
+    """An online fine-tuning run."""
+
+    policy: str = ""
+    """Checkpoint folder of the policy to fine-tune (e.g. a behaviour-cloning run's ``policy/``)."""
+    actors: int = 1
+    """Actor processes (each with its own simulator and simulated human)."""
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    """Per-actor settings."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """Learner settings."""
+
+    def __post_init__(self) -> None:
+        if self.actors < 1:
+            raise ValueError(f"actors: must be >= 1, got {self.actors}")

@@ -1,0 +1,63 @@
+"""State-based risk: what a person watching the robot sees coming before it fails.
+
+A supervisor does not compare the policy's action with a reference at every step (that would make the
+human take over whenever the policy moves differently but fine); they step in when the *state* is about
+to go wrong. For pick-and-lift that is the grasp: the hand low over the cube but off-centre or
+mis-rotated, fingers closing around nothing, or the cube slipping out of a closing hand. Returned as a
+risk in [0, 1] that :class:`~robot_rl.learners.simulated_human.SimulatedHuman` smooths and thresholds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from robot_rl.sim import scenes
+from robot_rl.sim.experts.arm import PickLiftExpert, _wrap, _yaw_from_quat
+
+StateRisk = Callable[[Mapping[str, np.ndarray]], float]
+
+XY_TOLERANCE = 0.012
+"""Horizontal tcp-cube offset a grasp survives [m] (the fingers open to 8 cm around a 5 cm cube)."""
+YAW_TOLERANCE = 0.2
+"""Hand-to-face yaw error a grasp survives [rad] (the cube is symmetric every 90 degrees)."""
+LOW_ABOVE = 0.035
+"""The hand counts as 'going in for the grasp' this close above the cube's centre [m]."""
+
+
+def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
+    """1 when the hand is committing to a grasp that will fail, 0.5 on the way there, else 0."""
+    tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
+    width = float(obs["gripper_width"][0])
+    off_xy = float(np.linalg.norm(obj[:2] - tcp[:2]))
+    dyaw = abs(_wrap(_yaw_from_quat(obs["object_quat"]) - _yaw_from_quat(obs["tcp_quat"]), np.pi / 2))
+    height = float(tcp[2] - obj[2])
+    lifted = obj[2] > scenes.CUBE_HALF + 0.01
+    holding = PickLiftExpert.GRASP_MIN <= width <= PickLiftExpert.GRASP_MAX and off_xy < 0.03 and height < 0.03
+    if holding:
+        return 0.0
+    if width < PickLiftExpert.GRASP_MIN:  # closed on nothing (or dropped the cube)
+        return 1.0
+    if lifted:  # the cube is in the air but not in the hand: it is falling or being pushed over
+        return 1.0
+    low = height < LOW_ABOVE
+    misaligned = off_xy > XY_TOLERANCE or dyaw > YAW_TOLERANCE
+    if low and misaligned:
+        return 1.0
+    if low and width < PickLiftExpert.GRASP_MAX + 0.01 and off_xy > XY_TOLERANCE / 2:
+        return 0.5  # closing while still off-centre
+    return 0.0
+
+
+TASK_RISKS: dict[str, StateRisk] = {"robot_rl/ArmPickLift-v0": pick_lift_grasp_risk}
+"""Environment id -> its state risk (used by the actors' ``human_risk: grasp`` setting)."""
+
+
+def task_risk(env_id: str) -> StateRisk:
+    """The state risk of ``env_id``; a clear error for tasks without one."""
+    try:
+        return TASK_RISKS[env_id]
+    except KeyError:
+        raise ValueError(f"no state-based risk for {env_id!r} (have {sorted(TASK_RISKS)}); "
+                         "use human_risk: action") from None
