@@ -1,9 +1,12 @@
-"""The main job on embedded defaults: check the installation, then run each stage that exists.
+"""The main job on embedded defaults: demonstrations -> behaviour cloning -> online fine-tuning -> better.
 
-Now: installation check -> scripted-expert demonstrations on the simulated Panda pick-and-lift task,
-recorded into a crash-safe episode store -> a read-only validation of that store, plots and a LeRobot
-v3 export. Stages still to come (policy training, online fine-tuning with a simulated human) are
-appended here as they land; each stage prints what it did and how long it took.
+Stages: installation check -> scripted-expert demonstrations of Panda pick-and-lift into a crash-safe
+episode store (validated, plotted, exported to LeRobot v3) -> a flow-matching policy trained on them
+(behaviour cloning) -> its success rate on unseen seeds -> online fine-tuning: a learner process trains
+HG-DAgger on the corrections of a simulated human who takes over when a grasp is about to fail, while an
+actor process keeps running episodes and swaps in each new version between action chunks -> the success
+rate on the same seeds again. Prints a table (success before and after, interventions over time, wall
+time) and writes ``learning_curve.png``. Every stage prints what it did and how long it took.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="outputs/demo", help="folder for results (plots, checkpoints)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for every stage")
     parser.add_argument("--episodes", type=int, default=20, help="scripted demonstrations to record")
+    parser.add_argument("--bc-steps", type=int, default=1500, help="behaviour-cloning gradient steps")
+    parser.add_argument("--eval-episodes", type=int, default=30, help="evaluation episodes before and after")
+    parser.add_argument("--online-episodes", type=int, default=100, help="episodes of online fine-tuning")
+    parser.add_argument("--actors", type=int, default=1, help="actor processes during online fine-tuning")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a value of the online config (config/learners/online_pick_lift.yaml)")
+    parser.add_argument("--skip-to", choices=[name for name, _ in STAGES], default=None,
+                        help="reuse the outputs of the earlier stages in --out and start here")
 
 
 def _stage_environment(args: argparse.Namespace) -> str:
@@ -67,23 +78,140 @@ def _stage_dataset(args: argparse.Namespace) -> str:
     return f"valid; plots in {out / 'plots'}; LeRobot v3 export in {out / 'lerobot'}"
 
 
+ENV_ID = "robot_rl/ArmPickLift-v0"
+EVAL_SEED = 100_000
+"""Evaluation seeds start here: never used by the demonstrations (seed 0...) or the actors (5000...)."""
+
+
+def _stage_behaviour_cloning(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from robot_rl.paths import package_share_dir
+
+    out = Path(args.out) / "bc"
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    config = package_share_dir() / "config" / "policies" / "flow_pick_lift.yaml"
+    _cli("train", str(config), "--dataset", str(Path(args.out) / "demos.zarr"), "--out", str(out),
+         "--set", f"steps={args.bc_steps}", "--set", f"seed={args.seed}")
+    return f"flow policy, {args.bc_steps} steps on {args.episodes} demonstrations -> {out / 'policy'}"
+
+
+def _evaluate(args: argparse.Namespace, policy_dir: object, name: str) -> str:
+    from pathlib import Path
+
+    import gymnasium as gym
+    import torch
+
+    import robot_rl.sim  # noqa: F401
+    from robot_rl.policies.base import Policy
+    from robot_rl.training.evaluate import evaluate, save_report
+
+    torch.set_num_threads(1)
+    policy = Policy.load(str(policy_dir))
+    env = gym.make(ENV_ID)
+    try:
+        report = evaluate(policy, env, ENV_ID, args.eval_episodes, EVAL_SEED, progress=True)
+    finally:
+        env.close()
+    save_report(report, Path(args.out) / f"eval_{name}", title=f"{name}: {policy.name} policy v{policy.version}")
+    args.results[name] = report
+    lo, hi = report.interval()
+    k, n = sum(report.successes), len(report.successes)
+    return f"success {k}/{n} = {report.success_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
+
+
+def _stage_eval_before(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    return _evaluate(args, Path(args.out) / "bc" / "policy", "before")
+
+
+def _stage_online(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from robot_rl.cli.online import default_config_path
+    from robot_rl.core.config import load_config
+    from robot_rl.learners.online import run_online
+    from robot_rl.learners.online_config import OnlineConfig
+
+    out = Path(args.out)
+    cfg = load_config(OnlineConfig, default_config_path(),
+                      [f"actor.episodes={args.online_episodes}", f"actors={args.actors}", *args.overrides])
+    cfg.policy = str(out / "bc" / "policy")
+    cfg.learner.demos = str(out / "demos.zarr")
+    run = out / "online"
+    if run.exists():
+        import shutil
+
+        shutil.rmtree(run)
+    result = run_online(cfg, run)
+    args.results["online"] = result
+    last = result.learner[-1] if result.learner else {}
+    return (f"{len(result.episodes)} episodes, {last.get('updates', 0)} updates, "
+            f"{last.get('human_steps', 0)} human steps, weights v{last.get('version', 0)}")
+
+
+def _stage_eval_after(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from robot_rl.learners.transport import list_versions
+
+    versions = list_versions(Path(args.out) / "online" / "weights")
+    if not versions:
+        raise RuntimeError("online fine-tuning published no weights")
+    return _evaluate(args, versions[-1][1], "after")
+
+
 STAGES: list[tuple[str, Callable[[argparse.Namespace], str]]] = [
     ("environment", _stage_environment),
     ("demonstrations", _stage_demonstrations),
     ("dataset", _stage_dataset),
+    ("behaviour cloning", _stage_behaviour_cloning),
+    ("evaluation", _stage_eval_before),
+    ("online learning", _stage_online),
+    ("evaluation 2", _stage_eval_after),
 ]
 
 
+def _summary(args: argparse.Namespace, rows: list[tuple[str, str, float]]) -> None:
+    from pathlib import Path
+
+    from robot_rl.learners.online import plot_learning_curve
+
+    print(f"\n{'stage':<18} {'result':<72} time")
+    for name, result, dt in rows:
+        print(f"{name:<18} {result:<72} {dt:6.1f} s")
+    print(f"{'total':<18} {'':<72} {sum(r[2] for r in rows):6.1f} s")
+    before, after, online = (args.results.get(k) for k in ("before", "after", "online"))
+    if online is not None:
+        print("\nonline fine-tuning, in blocks of episodes:")
+        print(f"  {'episodes':<10} {'success':>8} {'takeovers/episode':>18} {'steps by the human':>19} {'weights':>8}")
+        for b in online.blocks(5):
+            print(f"  {b['first'] + 1:>3}-{b['last'] + 1:<6} {b['success']:>8.0%} {b['takeovers']:>18.2f} "
+                  f"{b['intervention_rate']:>19.0%} {'v' + str(b['version']):>8}")
+        png = plot_learning_curve(online, Path(args.out) / "learning_curve.png",
+                                  None if before is None else before.success_rate,
+                                  None if after is None else after.success_rate)
+        print(f"  learning curve: {png}")
+    if before is not None and after is not None:
+        print(f"\nsuccess without a human on {len(after.successes)} unseen seeds: "
+              f"{before.success_rate:.0%} before -> {after.success_rate:.0%} after online fine-tuning")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the stages in order; stop at the first failure."""
+    """Run the stages in order (from ``--skip-to``); stop at the first failure."""
+    args.results = {}
+    names = [name for name, _ in STAGES]
+    first = names.index(args.skip_to) if args.skip_to else 0
     rows = []
-    for name, stage in STAGES:
+    for name, stage in STAGES[first:]:
         t0 = time.perf_counter()
-        print(f"== {name}")
+        print(f"== {name}", flush=True)
         result = stage(args)
         rows.append((name, result, time.perf_counter() - t0))
-        print(f"   {result}")
-    print(f"\n{'stage':<16} {'result':<64} time")
-    for name, result, dt in rows:
-        print(f"{name:<16} {result:<64} {dt:5.1f} s")
+        print(f"   {result}", flush=True)
+    _summary(args, rows)
     return 0

@@ -165,16 +165,20 @@ class OnlineLearner:
         self._stop = True
 
     # ----------------------------------------------------------------------------- loop
-    def run(self, max_seconds: float | None = None) -> dict[str, Any]:
-        """Serve until SIGTERM/SIGINT, a STOP file or ``max_seconds``; returns the final counters."""
+    def run(self, max_seconds: float | None = None, handle_signals: bool = True) -> dict[str, Any]:
+        """Serve until SIGTERM/SIGINT, :meth:`stop`, a STOP file or ``max_seconds``; returns the final counters.
+
+        ``handle_signals=False`` when running on a thread (e.g. inside a ROS node that owns the signals).
+        """
         lc = self.cfg.learner
         address = socket_address(self.run_dir)
         key = load_or_create_key(self.run_dir)
         if os.path.exists(address):
             os.unlink(address)  # a stale socket of a killed learner
         server = SocketTransitionServer(address, key)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self.stop)
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self.stop)
         if self.publisher.version == 0 or self.resumed_from is not None:
             self.publish()  # actors start from (or return to) the learner's weights
         _write_json(self.run_dir / "learner.json", {"address": address, "pid": os.getpid(),
