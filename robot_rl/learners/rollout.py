@@ -31,7 +31,7 @@ class EpisodeResult:
     transitions: list[Transition]
     """Every step, labelled."""
     success: bool
-    """The env reported ``is_success`` at the last step."""
+    """The env reported ``is_success`` at some step (as robot_rl.training.evaluate counts it)."""
     intervention_steps: int
     """Steps the human controlled."""
     takeovers: int
@@ -68,7 +68,7 @@ def run_episode(env: Any, policy: PolicyFn, episode_id: int, human: SimulatedHum
             takeovers += 1
         last_source = source
         nxt, reward, terminated, truncated, info = env.step(action)
-        success = bool(info.get("is_success", False))
+        success = success or bool(info.get("is_success", False))
         proposal_ok = bool(np.all(np.isfinite(proposal)))
         t = Transition(
             observation={k: np.asarray(v) for k, v in obs.items()},

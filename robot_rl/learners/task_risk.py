@@ -18,11 +18,11 @@ from robot_rl.sim.experts.arm import PickLiftExpert, _wrap, _yaw_from_quat
 
 StateRisk = Callable[[Mapping[str, np.ndarray]], float]
 
-XY_TOLERANCE = 0.012
+XY_TOLERANCE = 0.015
 """Horizontal tcp-cube offset a grasp survives [m] (the fingers open to 8 cm around a 5 cm cube)."""
 YAW_TOLERANCE = 0.2
 """Hand-to-face yaw error a grasp survives [rad] (the cube is symmetric every 90 degrees)."""
-LOW_ABOVE = 0.035
+LOW_ABOVE = 0.025
 """The hand counts as 'going in for the grasp' this close above the cube's centre [m]."""
 
 

@@ -1,0 +1,179 @@
+"""Online fine-tuning as processes: the human's state risk, reconnecting actors, a learner killed and restarted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import robot_rl.sim  # noqa: F401
+from robot_rl.core.config import load_config, save_config
+from robot_rl.core.transition import Transition
+from robot_rl.learners.actor_process import ReconnectingSender
+from robot_rl.learners.buffers import ReplayBuffer
+from robot_rl.learners.learner_process import load_or_create_key, socket_address
+from robot_rl.learners.online import CONFIG_FILE, read_jsonl
+from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.rollout import run_episode
+from robot_rl.learners.simulated_human import SimulatedHuman, SimulatedHumanConfig
+from robot_rl.learners.task_risk import pick_lift_grasp_risk, task_risk
+from robot_rl.learners.transport import SocketTransitionServer
+from robot_rl.sim.experts.arm import expert_for
+
+
+@pytest.fixture(scope="module")
+def env() -> gym.Env:
+    e = gym.make("robot_rl/ArmPickLift-v0")
+    yield e
+    e.close()
+
+
+def grasp_human(env: gym.Env, seed: int = 0) -> SimulatedHuman:
+    cfg = SimulatedHumanConfig(action_risk=False, min_takeover_steps=15, seed=seed)
+    return SimulatedHuman(expert_for(env), cfg, state_risk=pick_lift_grasp_risk)
+
+
+def test_grasp_risk_reads_the_state(env: gym.Env) -> None:
+    obs, _ = env.reset(seed=0)
+    cube = obs["object_pos"].astype(np.float64)
+    hover = {**obs, "tcp_pos": cube + [0, 0, 0.08]}
+    assert pick_lift_grasp_risk(hover) == 0.0  # high above the cube: nothing to fear yet
+    assert pick_lift_grasp_risk({**obs, "tcp_pos": cube + [0.03, 0, 0.01]}) == 1.0  # low and 3 cm off
+    assert pick_lift_grasp_risk({**hover, "gripper_width": np.array([0.005], np.float32)}) == 1.0  # closed on air
+    holding = {**obs, "tcp_pos": cube + [0.002, 0, 0.0], "gripper_width": np.array([0.05], np.float32)}
+    assert pick_lift_grasp_risk(holding) == 0.0
+    with pytest.raises(ValueError, match="human_risk: action"):
+        task_risk("robot_rl/ArmPush-v0")
+
+
+def test_grasp_human_leaves_the_expert_alone_and_rescues_a_blind_policy(env: gym.Env) -> None:
+    expert = expert_for(env)
+    for seed in range(3):  # a supervisor who watches the state never interrupts a correct grasp
+        human = grasp_human(env, seed)
+        result = run_episode(env, expert.act, seed, human=human, seed=seed)
+        assert result.success and result.takeovers == 0
+
+    def blind(obs: dict) -> np.ndarray:
+        """Goes straight down 3 cm beside the cube and closes: a grasp that cannot work."""
+        a = expert.act(obs)
+        a[:2] = np.clip((obs["object_pos"][:2] + [0.03, 0.0] - obs["tcp_pos"][:2]) / 0.04, -1, 1)
+        a[2] = -1.0 if obs["tcp_pos"][2] > 0.03 else 0.0
+        a[6] = -1.0 if obs["tcp_pos"][2] < 0.035 else 1.0
+        return a
+
+    rescued = [run_episode(env, blind, 10 + s, human=grasp_human(env, s), seed=10 + s) for s in range(3)]
+    alone = [run_episode(env, blind, 20 + s, seed=10 + s) for s in range(3)]
+    assert not any(r.success for r in alone)
+    assert all(r.takeovers >= 1 for r in rescued) and sum(r.success for r in rescued) >= 2
+
+
+def step(i: int) -> Transition:
+    obs = {"x": np.array([i], np.float32)}
+    return Transition(obs, obs, np.zeros(1, np.float32), 0.0, False, False, 0, i)
+
+
+def test_actor_queues_while_the_learner_is_away(tmp_path: Path) -> None:
+    sender = ReconnectingSender(tmp_path, limit=50)
+    sender.send([step(i) for i in range(10)])  # no learner yet: nothing lost, nothing raised
+    assert len(sender.queue) == 10
+    key = load_or_create_key(tmp_path)
+    server = SocketTransitionServer(socket_address(tmp_path), key)
+    (tmp_path / "learner.json").write_text(json.dumps({"address": server.address}))
+    try:
+        time.sleep(0.6)  # past the reconnect back-off
+        sender.send([step(10)])
+        got: list[Transition] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 11 and time.monotonic() < deadline:
+            got += server.receive(timeout=0.1)
+        assert [int(t.observation["x"][0]) for t in got] == list(range(11)) and not sender.queue
+        sender.close()
+        sender.send([step(i) for i in range(11, 80)])  # learner gone again: the queue is bounded
+    finally:
+        server.close()
+    for _ in range(3):
+        sender.send([])
+    assert len(sender.queue) == 50 and sender.dropped == 19
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A few demonstrations and a barely trained flow policy (so the human has work to do)."""
+    root = tmp_path_factory.mktemp("online")
+    share = Path(__file__).resolve().parent.parent
+    cli = [sys.executable, "-m", "robot_rl.cli.main"]
+    subprocess.run([*cli, "data", "record", "--env", "robot_rl/ArmPickLift-v0", "--episodes", "3",
+                    "--out", str(root / "demos.zarr")], check=True, capture_output=True)
+    subprocess.run([*cli, "train", str(share / "config/policies/flow_pick_lift.yaml"), "--dataset",
+                    str(root / "demos.zarr"), "--out", str(root / "bc"), "--set", "steps=30",
+                    "--set", "policy.unet_channels=[16,32]", "--no-progress"], check=True, capture_output=True)
+    return root / "demos.zarr", root / "bc" / "policy"
+
+
+def _checkpoint_counts(run: Path) -> dict[str, int] | None:
+    state = run / "checkpoint" / "state" / "train_state.json"
+    if not state.is_file():
+        return None
+    meta = json.loads(state.read_text())
+    return {"updates": int(meta["step"]), "steps": int(meta["steps"]), "human_steps": int(meta["human_steps"])}
+
+
+@pytest.mark.slow
+def test_killed_learner_restarts_with_its_buffers_and_the_actor_keeps_going(tiny_run: tuple[Path, Path],
+                                                                           tmp_path: Path) -> None:
+    demos, policy = tiny_run
+    cfg = load_config(OnlineConfig, None, ["actor.episodes=6", "learner.checkpoint_every_s=1.0",
+                                           "learner.min_intervention_steps=5", "learner.publish_every=20"])
+    cfg.policy, cfg.learner.demos = str(policy), str(demos)
+    save_config(cfg, tmp_path / CONFIG_FILE)
+    cli = [sys.executable, "-m", "robot_rl.cli.main", "online"]
+    log = (tmp_path / "learner.log").open("w")
+    learner = subprocess.Popen([*cli, "learner", "--run", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT)
+    actor = subprocess.Popen([*cli, "actor", "--run", str(tmp_path)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while (c := _checkpoint_counts(tmp_path)) is None or c["human_steps"] < 15 or c["updates"] < 1:
+            assert time.monotonic() < deadline and learner.poll() is None, (tmp_path / "learner.log").read_text()
+            time.sleep(0.1)
+        os.kill(learner.pid, signal.SIGKILL)  # no clean-up, possibly in the middle of a checkpoint
+        learner.wait(10)
+        before = _checkpoint_counts(tmp_path)
+        assert before is not None
+        saved = ReplayBuffer.load(tmp_path / "checkpoint" / "steps")
+        human = ReplayBuffer.load(tmp_path / "checkpoint" / "interventions")
+        assert saved.total_added >= before["steps"] and human.total_added >= before["human_steps"]
+        assert all(t.is_intervention for t in human.transitions())
+        time.sleep(1.0)  # the actor runs on without its learner, queueing steps
+
+        (tmp_path / "learner.json").unlink()
+        learner = subprocess.Popen([*cli, "learner", "--run", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT)
+        while not (tmp_path / "learner.json").is_file():
+            assert time.monotonic() < deadline and learner.poll() is None
+            time.sleep(0.05)
+        resumed = json.loads((tmp_path / "learner.json").read_text())["resumed_from"]
+        assert resumed == {"updates": before["updates"], "steps": saved.total_added,
+                           "human_steps": human.total_added}
+        assert actor.wait(timeout=max(1.0, deadline - time.monotonic())) == 0, actor.stderr.read()  # type: ignore[union-attr]
+        learner.send_signal(signal.SIGTERM)
+        assert learner.wait(60) == 0
+    finally:
+        for p in (learner, actor):
+            if p.poll() is None:
+                p.kill()
+        log.close()
+    after = ReplayBuffer.load(tmp_path / "checkpoint" / "steps")
+    assert after.total_added > saved.total_added  # steps sent after the restart (and queued meanwhile) arrived
+    old, new = saved.transitions(), after.transitions()[: saved.total_added]
+    assert all(a.episode_id == b.episode_id and a.step == b.step and np.array_equal(a.action, b.action)
+               for a, b in zip(old, new, strict=True))  # the restarted buffer continues the old one
+    episodes = read_jsonl(tmp_path / "actor_0.jsonl")
+    assert len(episodes) == 6 and episodes[-1]["version_end"] > episodes[0]["version_start"]
