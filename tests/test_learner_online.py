@@ -44,11 +44,11 @@ def grasp_human(env: gym.Env, seed: int = 0) -> SimulatedHuman:
 def test_grasp_risk_reads_the_state(env: gym.Env) -> None:
     obs, _ = env.reset(seed=0)
     cube = obs["object_pos"].astype(np.float64)
-    hover = {**obs, "tcp_pos": cube + [0, 0, 0.08]}
+    hover = {**obs, "tcp_pos": cube + np.array([0, 0, 0.08])}
     assert pick_lift_grasp_risk(hover) == 0.0  # high above the cube: nothing to fear yet
-    assert pick_lift_grasp_risk({**obs, "tcp_pos": cube + [0.03, 0, 0.01]}) == 1.0  # low and 3 cm off
+    assert pick_lift_grasp_risk({**obs, "tcp_pos": cube + np.array([0.03, 0, 0.01])}) == 1.0  # low and 3 cm off
     assert pick_lift_grasp_risk({**hover, "gripper_width": np.array([0.005], np.float32)}) == 1.0  # closed on air
-    holding = {**obs, "tcp_pos": cube + [0.002, 0, 0.0], "gripper_width": np.array([0.05], np.float32)}
+    holding = {**obs, "tcp_pos": cube + np.array([0.002, 0, 0.0]), "gripper_width": np.array([0.05], np.float32)}
     assert pick_lift_grasp_risk(holding) == 0.0
     with pytest.raises(ValueError, match="human_risk: action"):
         task_risk("robot_rl/ArmPush-v0")
@@ -64,7 +64,7 @@ def test_grasp_human_leaves_the_expert_alone_and_rescues_a_blind_policy(env: gym
     def blind(obs: dict) -> np.ndarray:
         """Goes straight down 3 cm beside the cube and closes: a grasp that cannot work."""
         a = expert.act(obs)
-        a[:2] = np.clip((obs["object_pos"][:2] + [0.03, 0.0] - obs["tcp_pos"][:2]) / 0.04, -1, 1)
+        a[:2] = np.clip((obs["object_pos"][:2] + np.array([0.03, 0.0]) - obs["tcp_pos"][:2]) / 0.04, -1, 1)
         a[2] = -1.0 if obs["tcp_pos"][2] > 0.03 else 0.0
         a[6] = -1.0 if obs["tcp_pos"][2] < 0.035 else 1.0
         return a
