@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import gymnasium as gym
@@ -30,7 +31,7 @@ from robot_rl.sim.experts.arm import expert_for
 
 
 @pytest.fixture(scope="module")
-def env() -> gym.Env:
+def env() -> Iterator[gym.Env]:
     e = gym.make("robot_rl/ArmPickLift-v0")
     yield e
     e.close()
@@ -61,7 +62,7 @@ def test_grasp_human_leaves_the_expert_alone_and_rescues_a_blind_policy(env: gym
         result = run_episode(env, expert.act, seed, human=human, seed=seed)
         assert result.success and result.takeovers == 0
 
-    def blind(obs: dict) -> np.ndarray:
+    def blind(obs: Mapping[str, np.ndarray]) -> np.ndarray:
         """Goes straight down 3 cm beside the cube and closes: a grasp that cannot work."""
         a = expert.act(obs)
         a[:2] = np.clip((obs["object_pos"][:2] + np.array([0.03, 0.0]) - obs["tcp_pos"][:2]) / 0.04, -1, 1)
