@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from typing import Any
 
 HELP = "run the main robot_rl job end to end on embedded defaults"
 
@@ -25,12 +26,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=20, help="scripted demonstrations to record")
     parser.add_argument("--bc-steps", type=int, default=1500, help="behaviour-cloning gradient steps")
     parser.add_argument("--eval-episodes", type=int, default=30, help="evaluation episodes before and after")
-    parser.add_argument("--online-episodes", type=int, default=100, help="episodes of online fine-tuning")
+    parser.add_argument("--online-episodes", type=int, default=200, help="episodes of online fine-tuning")
     parser.add_argument("--actors", type=int, default=1, help="actor processes during online fine-tuning")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of the online config (config/learners/online_pick_lift.yaml)")
+    parser.add_argument("--pixels", action="store_true",
+                        help="the policy also sees a 64x64 front camera (slower: rendering on CPU)")
     parser.add_argument("--skip-to", choices=[name for name, _ in STAGES], default=None,
                         help="reuse the outputs of the earlier stages in --out and start here")
+
+
+ENV_ID = "robot_rl/ArmPickLift-v0"
+PIXEL_CAMERA, PIXEL_SIZE = "front", (64, 64)
+"""Camera and image size of the ``--pixels`` variant (small: rendering on CPU is slow)."""
+
+
+def _env_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"cameras": [PIXEL_CAMERA], "image_size": list(PIXEL_SIZE)} if args.pixels else {}
 
 
 def _stage_environment(args: argparse.Namespace) -> str:
@@ -58,8 +70,9 @@ def _stage_demonstrations(args: argparse.Namespace) -> str:
     store = Path(args.out) / "demos.zarr"
     if store.exists():
         shutil.rmtree(store)
-    _cli("data", "record", "--env", "robot_rl/ArmPickLift-v0", "--episodes", str(args.episodes),
-         "--seed", str(args.seed), "--task", "pick up the cube and lift it", "--out", str(store))
+    cameras = ["--cameras", PIXEL_CAMERA, "--image-size", *map(str, PIXEL_SIZE)] if args.pixels else []
+    _cli("data", "record", "--env", ENV_ID, "--episodes", str(args.episodes), "--seed", str(args.seed),
+         "--task", "pick up the cube and lift it", "--out", str(store), *cameras)
     from robot_rl.data.store import EpisodeStore
 
     with EpisodeStore.open(store) as demos:
@@ -78,7 +91,6 @@ def _stage_dataset(args: argparse.Namespace) -> str:
     return f"valid; plots in {out / 'plots'}; LeRobot v3 export in {out / 'lerobot'}"
 
 
-ENV_ID = "robot_rl/ArmPickLift-v0"
 EVAL_SEED = 100_000
 """Evaluation seeds start here: never used by the demonstrations (seed 0...) or the actors (5000...)."""
 
@@ -95,7 +107,8 @@ def _stage_behaviour_cloning(args: argparse.Namespace) -> str:
         shutil.rmtree(out)
     config = package_share_dir() / "config" / "policies" / "flow_pick_lift.yaml"
     _cli("train", str(config), "--dataset", str(Path(args.out) / "demos.zarr"), "--out", str(out),
-         "--set", f"steps={args.bc_steps}", "--set", f"seed={args.seed}")
+         "--set", f"steps={args.bc_steps}", "--set", f"seed={args.seed}",
+         *(["--set", f"policy.image_keys=[image_{PIXEL_CAMERA}]"] if args.pixels else []))
     return f"flow policy, {args.bc_steps} steps on {args.episodes} demonstrations -> {out / 'policy'}"
 
 
@@ -111,7 +124,7 @@ def _evaluate(args: argparse.Namespace, policy_dir: object, name: str) -> str:
 
     torch.set_num_threads(1)
     policy = Policy.load(str(policy_dir))
-    env = gym.make(ENV_ID)
+    env = gym.make(ENV_ID, **_env_options(args))
     try:
         report = evaluate(policy, env, ENV_ID, args.eval_episodes, EVAL_SEED, progress=True)
     finally:
@@ -142,6 +155,7 @@ def _stage_online(args: argparse.Namespace) -> str:
                       [f"actor.episodes={args.online_episodes}", f"actors={args.actors}", *args.overrides])
     cfg.policy = str(out / "bc" / "policy")
     cfg.learner.demos = str(out / "demos.zarr")
+    cfg.actor.env_options = _env_options(args)
     run = out / "online"
     if run.exists():
         import shutil
@@ -204,6 +218,10 @@ def _summary(args: argparse.Namespace, rows: list[tuple[str, str, float]]) -> No
 def run(args: argparse.Namespace) -> int:
     """Run the stages in order (from ``--skip-to``); stop at the first failure."""
     args.results = {}
+    if args.pixels:
+        import os
+
+        os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; read when mujoco is first imported
     names = [name for name, _ in STAGES]
     first = names.index(args.skip_to) if args.skip_to else 0
     rows = []

@@ -116,7 +116,7 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     ac = cfg.actor
     run = Path(run)
     torch.set_num_threads(ac.num_threads)
-    env = gym.make(ac.env_id)
+    env = gym.make(ac.env_id, **ac.env_options)
     expert = expert_for(env)
     human_cfg = dataclasses.replace(ac.human, seed=ac.human.seed + index, action_risk=ac.human_risk == "action")
     human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(ac.env_id) if ac.human_risk == "grasp" else None)

@@ -7,6 +7,7 @@ every actor read the same numbers; ``robot-rl online ... --set key=value`` overr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from robot_rl.learners.hg_dagger import HGDAggerConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
@@ -18,6 +19,8 @@ class ActorConfig:
 
     env_id: str = "robot_rl/ArmPickLift-v0"
     """Gymnasium id of the environment the actors run."""
+    env_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``gymnasium.make`` (e.g. ``{cameras: [front], image_size: [64, 64]}`` for pixels)."""
     episodes: int = 100
     """Episodes per actor, then it disconnects."""
     seed: int = 0

@@ -20,14 +20,20 @@ StateRisk = Callable[[Mapping[str, np.ndarray]], float]
 
 XY_TOLERANCE = 0.015
 """Horizontal tcp-cube offset a grasp survives [m] (the fingers open to 8 cm around a 5 cm cube)."""
-YAW_TOLERANCE = 0.2
-"""Hand-to-face yaw error a grasp survives [rad] (the cube is symmetric every 90 degrees)."""
+YAW_TOLERANCE = 0.35
+"""Hand-to-face yaw error a grasp survives [rad]: the 5 cm cube turned by 0.35 rad is 6.3 cm across,
+inside the 8 cm opening, and closing fingers turn it square (symmetric every 90 degrees)."""
 LOW_ABOVE = 0.025
 """The hand counts as 'going in for the grasp' this close above the cube's centre [m]."""
 
 
 def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
-    """1 when the hand is committing to a grasp that will fail, 0.5 on the way there, else 0."""
+    """1 when the hand is committing to a grasp that will fail (or has failed), else 0.
+
+    Measured against the policy's own outcomes (a fine-tuned policy on 15 unseen seeds): the rule flags
+    the episodes that fail and rarely one that would have succeeded; a stricter rule (yaw 0.2 rad, any
+    closing 0.75 cm off-centre) made the human take over in most episodes the policy would have won.
+    """
     tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
     width = float(obs["gripper_width"][0])
     off_xy = float(np.linalg.norm(obj[:2] - tcp[:2]))
@@ -43,11 +49,7 @@ def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
         return 1.0
     low = height < LOW_ABOVE
     misaligned = off_xy > XY_TOLERANCE or dyaw > YAW_TOLERANCE
-    if low and misaligned:
-        return 1.0
-    if low and width < PickLiftExpert.GRASP_MAX + 0.01 and off_xy > XY_TOLERANCE / 2:
-        return 0.5  # closing while still off-centre
-    return 0.0
+    return 1.0 if low and misaligned else 0.0
 
 
 TASK_RISKS: dict[str, StateRisk] = {"robot_rl/ArmPickLift-v0": pick_lift_grasp_risk}
