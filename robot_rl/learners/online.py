@@ -155,7 +155,7 @@ def plot_learning_curve(result: OnlineResult, path: str | Path, before: float | 
         ax1.axhline(after, color="tab:green", ls="--", label=f"evaluation after: {after:.0%}")
     ax1.set_ylabel("success rate")
     ax1.set_ylim(-0.02, 1.02)
-    ax1.legend(loc="lower right", fontsize=8)
+    ax1.legend(loc="center right", fontsize=8)
     ax2.plot(x, smooth([float(e["takeovers"]) for e in eps]), label="takeovers per episode")
     share = [e["intervention_steps"] / max(1, e["steps"]) for e in eps]
     ax2.plot(x, smooth(share), label="share of steps by the human")
