@@ -28,6 +28,7 @@ from robot_rl.core.transition import Transition
 from robot_rl.data.recorder import to_observation
 from robot_rl.learners.learner_process import read_connection
 from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
 from robot_rl.learners.rollout import run_episode
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
@@ -117,6 +118,8 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     run = Path(run)
     torch.set_num_threads(ac.num_threads)
     env = gym.make(ac.env_id, **ac.env_options)
+    if ac.success_detector:
+        env = LearnedSuccess(env, RewardClassifier.load(ac.success_detector))
     expert = expert_for(env)
     human_cfg = dataclasses.replace(ac.human, seed=ac.human.seed + index, action_risk=ac.human_risk == "action")
     human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(ac.env_id) if ac.human_risk == "grasp" else None)

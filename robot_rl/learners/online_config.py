@@ -34,6 +34,9 @@ class ActorConfig:
     human_risk: str = "grasp"
     """When the human steps in: ``grasp`` (the state is drifting toward a failed grasp, see
     robot_rl.learners.task_risk) or ``action`` (the policy's action disagrees with the expert's)."""
+    success_detector: str = ""
+    """Folder of a trained reward classifier that decides success instead of the simulator (needs the
+    classifier's cameras in ``env_options``); "" uses the simulator's ``is_success``."""
     num_threads: int = 1
     """torch CPU threads per actor."""
 

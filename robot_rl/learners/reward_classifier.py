@@ -1,7 +1,8 @@
 """A learned success detector: a small CNN trained on labelled camera frames (HIL-SERL's reward classifier).
 
 On a real robot there is no simulator to say "success"; a person labels a few hundred frames and this
-classifier gives the sparse reward. It is an option beside the simulator's ``is_success``. HIL-SERL
+classifier gives the sparse reward. It is an option beside the simulator's ``is_success``
+(:class:`LearnedSuccess` wraps an env; actors use it with ``actor.success_detector``). HIL-SERL
 reports ~97 % accuracy and uses a high threshold (0.85) so that false successes, which end episodes
 early and teach the wrong thing, stay rare; ``threshold`` is configurable for that reason.
 Checkpoints are safetensors + JSON.
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
@@ -163,3 +165,40 @@ class RewardClassifier(nn.Module):
         model.load_state_dict(load_file(str(folder / "classifier.safetensors")), strict=True)
         model.eval()
         return model
+
+
+class LearnedSuccess(gym.Wrapper):
+    """Replaces ``info["is_success"]`` with the classifier's verdict on the observation's camera frames.
+
+    What an actor on a real robot has instead of the simulator: the simulator's own answer stays in
+    ``info["sim_is_success"]`` so the detector's mistakes can be counted in simulation. The classifier's
+    camera ``front`` is read from the observation key ``front`` or ``image_front``.
+    """
+
+    def __init__(self, env: gym.Env, classifier: RewardClassifier) -> None:
+        super().__init__(env)
+        self.classifier = classifier
+        self.agreed = 0
+        self.disagreed = 0
+        """Steps where the classifier and the simulator agreed / disagreed about success."""
+
+    def _frames(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        frames = {}
+        for key in self.classifier.config.image_keys:
+            name = key if key in obs else f"image_{key}"
+            if name not in obs:
+                raise SpecError(f"observation: the success detector needs camera {key!r}; make the env with it "
+                                f"(e.g. cameras=[{key!r}])")
+            frames[key] = obs[name]
+        return frames
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step, then judge success from the new frames."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info = dict(info)
+        sim = bool(info.get("is_success", False))
+        learned = self.classifier.is_success(self._frames(obs))
+        self.agreed += int(learned == sim)
+        self.disagreed += int(learned != sim)
+        info["sim_is_success"], info["is_success"] = sim, learned
+        return obs, reward, terminated, truncated, info
