@@ -9,8 +9,11 @@ use :class:`CartesianDeltaIntegrator`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import mujoco
 import numpy as np
+from scipy.spatial.transform import Rotation
 
 from robot_rl.control.rotations import mat_to_quat, quat_to_mat
 
@@ -65,3 +68,29 @@ class CartesianDeltaIntegrator:
         position = np.clip(self.tcp + d[:3] * self.step_lin, WORKSPACE_LOW, WORKSPACE_HIGH)
         self.target_rot = rpy_matrix(*(d[3:] * self.step_ang)) @ self.target_rot
         return position, mat_to_quat(self.target_rot)
+
+    def delta_between(self, pos_a: np.ndarray, quat_a: np.ndarray, pos_b: np.ndarray,
+                      quat_b: np.ndarray) -> np.ndarray:
+        """The delta action (6,) that :meth:`step` would turn into a move from pose a to pose b, clipped.
+
+        Used to relabel a human's steps from the measured tool motion: the human commanded absolute
+        targets, but the learner needs them in the policy's action space. The rotation is the
+        roll-pitch-yaw (the convention of :func:`rpy_matrix`, scipy "xyz") of ``R_b R_a^T``.
+        """
+        lin = (np.asarray(pos_b, np.float64) - np.asarray(pos_a, np.float64)) / self.step_lin
+        rel = quat_to_mat(quat_b) @ quat_to_mat(quat_a).T
+        quat = mat_to_quat(rel)
+        euler = Rotation.from_quat([quat[1], quat[2], quat[3], quat[0]]).as_euler("xyz")
+        return np.clip(np.r_[lin, euler / self.step_ang], -1.0, 1.0)
+
+
+def cartesian_delta_relabel(policy_hz: float) -> Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray],
+                                                           float], np.ndarray]:
+    """Relabel for :class:`robot_rl.learners.step_stream.StepStream`: tool motion + gripper -> 7-D action."""
+    integrator = CartesianDeltaIntegrator(policy_hz)
+
+    def relabel(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray], gripper: float) -> np.ndarray:
+        delta = integrator.delta_between(before["tcp_pos"], before["tcp_quat"], after["tcp_pos"], after["tcp_quat"])
+        return np.r_[delta, 2.0 * float(np.clip(gripper, 0.0, 1.0)) - 1.0].astype(np.float32)
+
+    return relabel
