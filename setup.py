@@ -44,6 +44,7 @@ CONSOLE_SCRIPTS = [
     "controller_node = robot_rl.ros.controller_node:main",
     "recorder_node = robot_rl.ros.recorder_node:main",
     "policy_node = robot_rl.ros.policy_node:main",
+    "learner_node = robot_rl.ros.learner_node:main",
     "target_gate_node = robot_rl.ros.target_gate_node:main",
 ]
 

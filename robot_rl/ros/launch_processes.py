@@ -43,8 +43,11 @@ class _Managed:
     def _pump(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
         for line in iter(proc.stdout.readline, b""):
-            self._log.write(line)
-            self._log.flush()
+            try:
+                self._log.write(line)
+                self._log.flush()
+            except ValueError:  # closed by close() after its join timed out (a child kept the pipe open)
+                return
             if self.echo:
                 sys.stdout.write(f"[{self.spec.name}] {line.decode(errors='replace')}")
                 sys.stdout.flush()

@@ -188,7 +188,7 @@ def _node(body: dict[str, Any], ctx: _Context, where: str) -> ProcessSpec:
         elif "name" in entry and "value" in entry:
             value = entry["value"]
             text = sub(value) if isinstance(value, str) else _param_text(value)
-            ros += ["-p", f"{sub(entry['name'])}:={text}"]
+            ros += ["-p", f"{sub(entry['name'])}:={text or repr('')}"]  # rcl refuses "name:=" (empty)
         else:
             raise LaunchError(f"{where}: param entries need 'from' or 'name'+'value', got {entry}")
     for entry in body.get("remap", []) or []:

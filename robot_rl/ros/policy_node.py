@@ -10,6 +10,12 @@ re-published (the arm holds) instead of leaving a gap for the controller's watch
 
 New weights appearing in ``weights_dir`` as folders ``v<version>/`` (a learner writes them) are checked
 and swapped in between two chunks; a bad checkpoint is refused and the running weights stay.
+
+Actor role (``learner_run`` set, a learner node's run folder): every tick also becomes a labelled
+Transition (:class:`robot_rl.learners.step_stream.StepStream`) streamed to the learner every
+``send_every`` steps; while the latched ``intervention`` is true the step is the human's, relabelled
+from the tool's measured motion and ``teleop/gripper``; ``episode_event`` (success / failure /
+rerecord) ends episodes. If the learner is away, steps queue and go out when it is back.
 Output: ``target_pose`` + ``target_gripper`` (arm), ``policy/version`` (Int64, latched) and
 ``policy/action`` (Float64MultiArray, the raw action) for recorders and learners.
 
@@ -20,9 +26,9 @@ the simulated arm envs' action, integrated exactly as :class:`robot_rl.sim.envs.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,19 +37,21 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float64, Float64MultiArray, Int64
+from std_msgs.msg import Bool, Float64, Float64MultiArray, Int64, String
 
 from robot_rl.core.spaces import SpecError
+from robot_rl.core.transition import Transition
+from robot_rl.learners.actor_process import ReconnectingSender
+from robot_rl.learners.step_stream import StepStream
+from robot_rl.learners.transport import list_versions
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.policies.chunking import ChunkExecutor
 from robot_rl.robots import robot_module
 from robot_rl.ros.conversions import image_from_msg, joint_state_from_msg, pose_from_msg, pose_to_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
-from robot_rl.ros.qos import LATCHED
-from robot_rl.sim.arm_actions import CartesianDeltaIntegrator
-
-_VERSION_DIR = re.compile(r"^v(\d+)$")
+from robot_rl.ros.qos import EVENTS, LATCHED
+from robot_rl.sim.arm_actions import CartesianDeltaIntegrator, cartesian_delta_relabel
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,10 @@ class PolicyNodeConfig:
     """How often weights_dir is checked."""
     base_frame: str = "base"
     """Frame of published targets."""
+    learner_run: str = ""
+    """Run folder of a learner node to stream transitions to (and take weights from); "" = no learning."""
+    send_every: int = 5
+    """Steps per transition batch sent to the learner."""
 
     def __post_init__(self) -> None:
         if not self.policy_path:
@@ -78,6 +90,8 @@ class PolicyNodeConfig:
             raise ValueError(f"rate_hz must be in (0, 200], got {self.rate_hz}")
         if self.goal_pos and len(self.goal_pos) != 3:
             raise ValueError(f"goal_pos must have 3 values, got {self.goal_pos}")
+        if self.send_every < 1:
+            raise ValueError(f"send_every must be >= 1, got {self.send_every}")
 
 
 class PolicyNode(Node):
@@ -127,8 +141,10 @@ class PolicyNode(Node):
         self.pub_version.publish(Int64(data=int(self.policy.version)))
         self.worker = threading.Thread(target=self._infer_loop, daemon=True)
         self.worker.start()
+        self.weights_dir = cfg.weights_dir or (str(Path(cfg.learner_run) / "weights") if cfg.learner_run else "")
+        self.actor = None if not cfg.learner_run else StreamingActor(self, Path(cfg.learner_run))
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
-        if cfg.weights_dir:
+        if self.weights_dir:
             self.create_timer(cfg.poll_s, self._poll_weights)
         self.get_logger().info(f"{type(self.policy).__name__} v{self.policy.version} from {cfg.policy_path}, "
                                f"observation {self.keys}, {cfg.action_format} at {cfg.rate_hz:g} Hz")
@@ -172,6 +188,8 @@ class PolicyNode(Node):
                 action = self.chunks_exec.next_action()
             except RuntimeError:
                 action = None  # the chunk for this step is not ready: inference is late
+        if self.actor is not None:
+            self.actor.tick(action)
         if action is None:
             self.late_steps += 1
             if self.last_target is not None:  # hold the last target so the stream never stops
@@ -221,11 +239,7 @@ class PolicyNode(Node):
                     self.get_logger().error(f"chunk rejected: {exc}")
 
     def _poll_weights(self) -> None:
-        folder = Path(self.config.weights_dir)
-        if not folder.is_dir():
-            return
-        versions = [(int(m.group(1)), p) for p in folder.iterdir()
-                    if (m := _VERSION_DIR.match(p.name)) and (p / "policy.json").is_file()]
+        versions = list_versions(self.weights_dir)
         if versions:
             version, path = max(versions)
             newer = version > self.policy.version and version not in self.refused
@@ -247,10 +261,79 @@ class PolicyNode(Node):
         self.get_logger().info(f"swapped in weights v{version} from {path}")
 
     def close(self) -> None:
-        """Stop the inference thread."""
+        """Stop the inference thread; deliver what the actor still holds."""
         self.stop.set()
         self.wake.set()
         self.worker.join(timeout=5.0)
+        if self.actor is not None:
+            self.actor.close()
+
+
+class StreamingActor:
+    """The policy node's actor role: ticks -> transitions -> the learner (see the module docstring)."""
+
+    def __init__(self, node: PolicyNode, run: Path) -> None:
+        self.node = node
+        fmt = node.config.action_format
+        self.stream = StepStream(cartesian_delta_relabel(node.config.rate_hz) if fmt == "cartesian_delta"
+                                 else _absolute_relabel)
+        self.sender = ReconnectingSender(run, limit=100_000)
+        self.pending: list[Transition] = []
+        self.human = False
+        self.human_gripper = 1.0
+        self.last_action: np.ndarray | None = None
+        self.keys = sorted({*node.keys, "tcp_pos", "tcp_quat"})
+        node.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
+        node.create_subscription(Float64, "teleop/gripper", self._on_gripper, 10)
+        node.create_subscription(String, "episode_event", self._on_event, EVENTS)
+
+    def _on_intervention(self, msg: Bool) -> None:
+        self.human = bool(msg.data)
+
+    def _on_gripper(self, msg: Float64) -> None:
+        if np.isfinite(msg.data):
+            self.human_gripper = float(np.clip(msg.data, 0.0, 1.0))
+
+    def _obs(self) -> dict[str, np.ndarray] | None:
+        latest = self.node.latest
+        return None if any(k not in latest for k in self.keys) else {k: latest[k].copy() for k in self.keys}
+
+    def _emit(self, t: Transition | None, flush: bool = False) -> None:
+        if t is not None:
+            self.pending.append(t)
+        if self.pending and (flush or len(self.pending) >= self.node.config.send_every):
+            self.sender.send(self.pending)
+            self.pending = []
+
+    def tick(self, action: np.ndarray | None) -> None:
+        """One control period: the proposal in force (the last one when inference is late)."""
+        obs = self._obs()
+        if action is not None:
+            self.last_action = np.asarray(action, np.float32)
+        if obs is None or self.last_action is None:
+            return
+        stamp = self.node.get_clock().now().nanoseconds * 1e-9
+        self._emit(self.stream.tick(obs, self.last_action, self.human, self.node.policy.version,
+                                    self.human_gripper, stamp))
+
+    def _on_event(self, msg: String) -> None:
+        event, obs = msg.data.strip().lower(), self._obs()
+        if event == "rerecord":
+            self.stream.discard_episode()
+        elif event in ("success", "failure") and obs is not None:
+            stamp = self.node.get_clock().now().nanoseconds * 1e-9
+            self._emit(self.stream.end_episode(obs, event == "success", self.human_gripper, stamp), flush=True)
+
+    def close(self) -> None:
+        """Send what is pending (briefly) and disconnect."""
+        self._emit(None, flush=True)
+        self.sender.flush(timeout=2.0)
+        self.sender.close()
+
+
+def _absolute_relabel(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray], gripper: float) -> np.ndarray:
+    """Absolute-pose policies: the human's step is the pose the tool reached, plus the gripper command."""
+    return np.r_[after["tcp_pos"], after["tcp_quat"], gripper].astype(np.float32)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,0 +1,90 @@
+"""The online loop on the ROS 2 graph: policy node -> learner node -> new weights -> policy node.
+
+Brought up from sim_arm_policy.launch.yaml with ``learn:=true``: the policy node streams every step to
+the learner node, a human takeover (teleop's ``~/set_intervention``) marks steps as interventions,
+the learner trains on them, publishes a version, and the policy node swaps it in; the success event
+ends the episode. After shutdown the learner's checkpoint holds the human steps as interventions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+from helpers.ros_spin import spin_until  # noqa: E402
+from std_msgs.msg import Int64, String  # noqa: E402
+from std_srvs.srv import SetBool, Trigger  # noqa: E402
+from test_ros_policy_node import _policy  # noqa: E402
+
+from robot_rl.learners.buffers import ReplayBuffer  # noqa: E402
+from robot_rl.ros.launch_processes import launch  # noqa: E402
+from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.qos import LATCHED  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+
+def test_policy_node_streams_to_the_learner_node_and_swaps_its_weights(tmp_path: Path) -> None:
+    ckpt = _policy().save(tmp_path / "policy")
+    config = tmp_path / "online.yaml"
+    config.write_text(yaml.safe_dump({"learner": {"min_intervention_steps": 5, "publish_every": 20,
+                                                  "checkpoint_every_s": 2.0}}))
+    run = tmp_path / "run"
+    fifo = tmp_path / "tty"  # a keyboard nobody types on: control changes only through ~/set_intervention
+    os.mkfifo(fifo)
+    description = load_launch_file("sim_arm_policy.launch.yaml", {
+        "policy_path": str(ckpt), "teleop_device": "keyboard", "teleop_device_path": str(fifo),
+        "record": "false", "learn": "true", "learner_run": str(run), "learner_config": str(config)})
+    status: list[dict] = []
+    learner_versions: list[int] = []
+    policy_versions: list[int] = []
+    with launch(description, tmp_path / "logs") as graph:
+        rclpy.init()
+        node = rclpy.create_node("online_probe")
+        try:
+            node.create_subscription(String, "/learner/status", lambda m: status.append(json.loads(m.data)), 10)
+            node.create_subscription(Int64, "/learner/version", lambda m: learner_versions.append(m.data), LATCHED)
+            node.create_subscription(Int64, "/policy/version", lambda m: policy_versions.append(m.data), LATCHED)
+            intervene = node.create_client(SetBool, "/teleop/set_intervention")
+            success = node.create_client(Trigger, "/teleop/success")
+
+            def spin(seconds, until=None):  # type: ignore[no-untyped-def]
+                return spin_until(node, seconds, until)
+
+            def call(client, request):  # type: ignore[no-untyped-def]
+                assert client.wait_for_service(timeout_sec=20)
+                future = client.call_async(request)
+                assert spin(20, until=future.done) and future.result() is not None
+
+            assert spin(90, until=lambda: status and status[-1]["steps"] >= 20), graph.log("learner")
+            assert status[-1]["human_steps"] == 0 and status[-1]["updates"] == 0  # no human data yet: no training
+            call(intervene, SetBool.Request(data=True))
+            assert spin(30, until=lambda: status[-1]["human_steps"] >= 15), graph.log("learner")
+            call(intervene, SetBool.Request(data=False))
+            steps_at_release = status[-1]["steps"]
+            assert spin(60, until=lambda: learner_versions and learner_versions[-1] >= 2), graph.log("learner")
+            new = learner_versions[-1]
+            assert spin(30, until=lambda: policy_versions and policy_versions[-1] >= new), graph.log("policy")
+            assert "swapped in weights" in graph.log("policy")
+            call(success, Trigger.Request())
+            assert spin(20, until=lambda: status[-1]["steps"] > steps_at_release + 10)
+            human_total = status[-1]["human_steps"]
+        finally:
+            node.destroy_node()
+            rclpy.shutdown()
+    human = ReplayBuffer.load(run / "checkpoint" / "interventions")
+    steps = ReplayBuffer.load(run / "checkpoint" / "steps").transitions()
+    assert human.total_added >= human_total >= 15
+    assert all(t.is_intervention for t in human.transitions())
+    marked = [t for t in steps if t.is_intervention]
+    assert len(marked) == human.total_added and len(steps) > len(marked)  # policy steps are kept too
+    assert len({t.segment_id for t in marked}) == 1 and all(t.episode_id == 0 for t in marked)
+    assert any(t.terminated and t.reward == 1.0 for t in steps)  # the success event closed episode 0
+    assert any(t.episode_id == 1 for t in steps)  # ... and the stream went on in episode 1
+    assert all(np.all(np.abs(t.action) <= 1.0) for t in marked)  # relabelled into the policy's action space
