@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from robot_rl.cli.main import restore_interrupt
 from robot_rl.ros.isolation import isolated_ros_env
 
 # Claimed once per test run (a file lock held for the whole pytest process); every subprocess a test
@@ -14,6 +15,9 @@ from robot_rl.ros.isolation import isolated_ros_env
 os.environ.update(isolated_ros_env())
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+# A test run started as a background job (`cmd &` without job control) inherits SIGINT ignored, and
+# every process the tests start would inherit that too: Ctrl-C tests and graph shutdowns would hang.
+restore_interrupt()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -43,8 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def restore_interrupt() -> None:
+    """Make SIGINT raise KeyboardInterrupt again if it was inherited as ignored.
+
+    A shell starts background jobs (``cmd &`` in a script, nohup) with SIGINT ignored, and ignored
+    signals survive ``exec``: ``robot-rl data record`` would not stop on Ctrl-C and every node that
+    ``robot-rl launch`` starts would ignore the SIGINT of a clean shutdown. A handler (unlike SIG_IGN)
+    is reset to the default in each child.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run the chosen subcommand; returns the process exit code."""
+    restore_interrupt()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
