@@ -49,16 +49,17 @@ def closed_loop_distance(policy: Policy, ds: ChunkDataset) -> float:
     return float(np.mean(dists))
 
 
-@pytest.mark.parametrize(("name", "steps", "max_ratio"), [
-    ("flow", 300, 0.3),
-    ("diffusion", 300, 0.65),
-    pytest.param("meanflow", 300, 0.85, marks=pytest.mark.slow),
+@pytest.mark.parametrize(("name", "steps", "max_ratio", "extra"), [
+    ("flow", 300, 0.3, {}),
+    ("diffusion", 300, 0.65, {}),
+    ("diffusion", 300, 0.65, {"prediction": "sample"}),
+    pytest.param("meanflow", 300, 0.85, {}, marks=pytest.mark.slow),
 ])
 def test_tiny_policy_loss_falls_and_overfits_a_few_episodes(tmp_path: Path, name: str, steps: int,
-                                                            max_ratio: float) -> None:
+                                                            max_ratio: float, extra: dict[str, object]) -> None:
     torch.manual_seed(0)
     ds = toy_dataset(3, n_obs_steps=1, horizon=HORIZON)
-    result = train(tiny_config(name, steps), tmp_path / "run", dataset=ds, progress=False)
+    result = train(tiny_config(name, steps, **extra), tmp_path / "run", dataset=ds, progress=False)
     assert result.losses[-1] < 0.5 * result.losses[0], result.losses
     policy = Policy.load(result.policy_path)
     err, baseline = overfit_error(policy, ds)

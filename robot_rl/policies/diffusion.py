@@ -30,6 +30,9 @@ class DiffusionConfig(PolicyConfig):
     """Sampler used at inference."""
     clip_sample: float = 1.0
     """Clip the predicted clean chunk to [-clip, clip] in normalised units (0 disables)."""
+    prediction: Literal["epsilon", "sample"] = "epsilon"
+    """What the network regresses: the added noise (DDPM's choice) or the clean chunk itself (the
+    "sample" parameterisation, which puts the loss where the action is; Diffusion Policy offers both)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -53,7 +56,7 @@ def cosine_alphas_cumprod(steps: int, s: float = 0.008, max_beta: float = 0.999)
 
 
 class DiffusionPolicy(Policy):
-    """DDPM-trained U-Net predicting the noise added to an action chunk."""
+    """DDPM-trained U-Net predicting the noise added to an action chunk (or the chunk itself)."""
 
     name: ClassVar[str] = "diffusion"
     config_cls: ClassVar[type[PolicyConfig]] = DiffusionConfig
@@ -72,7 +75,7 @@ class DiffusionPolicy(Policy):
         abar = self.alphas_cumprod[k][:, None, None]
         noisy = abar.sqrt() * actions + (1 - abar).sqrt() * noise
         pred, _ = self.net(noisy, self._time(k), cond)
-        loss = F.mse_loss(pred, noise)
+        loss = F.mse_loss(pred, noise if self.config.prediction == "epsilon" else actions)
         return loss, {"loss": loss.item()}
 
     def _time(self, k: torch.Tensor) -> torch.Tensor:
@@ -93,8 +96,11 @@ class DiffusionPolicy(Policy):
         for i, k in enumerate(ks.tolist()):
             abar = self.alphas_cumprod[k]
             abar_prev = self.alphas_cumprod[int(ks[i + 1])] if i + 1 < steps else torch.tensor(1.0)
-            eps, _ = self.net(x, self._time(torch.full((b,), k)), cond)
-            x0 = (x - (1 - abar).sqrt() * eps) / abar.sqrt()
+            pred, _ = self.net(x, self._time(torch.full((b,), k)), cond)
+            if cfg.prediction == "sample":
+                x0, eps = pred, (x - abar.sqrt() * pred) / (1 - abar).sqrt()
+            else:
+                x0, eps = (x - (1 - abar).sqrt() * pred) / abar.sqrt(), pred
             if cfg.clip_sample > 0:
                 x0 = x0.clamp(-cfg.clip_sample, cfg.clip_sample)
                 eps = (x - abar.sqrt() * x0) / (1 - abar).sqrt()
