@@ -1,4 +1,4 @@
-"""Diffusion policy: DDPM training (noise prediction) and DDPM or DDIM sampling with any number of steps.
+"""Diffusion policy: DDPM training (clean-chunk or noise prediction), DDPM or DDIM sampling with any number of steps.
 
 The squared-cosine noise schedule (Nichol & Dhariwal) over ``num_train_steps``; DDIM (eta = 0) visits an
 evenly spaced subset of those steps, so the same network samples with 1..num_train_steps steps.
@@ -30,9 +30,11 @@ class DiffusionConfig(PolicyConfig):
     """Sampler used at inference."""
     clip_sample: float = 1.0
     """Clip the predicted clean chunk to [-clip, clip] in normalised units (0 disables)."""
-    prediction: Literal["epsilon", "sample"] = "epsilon"
-    """What the network regresses: the added noise (DDPM's choice) or the clean chunk itself (the
-    "sample" parameterisation, which puts the loss where the action is; Diffusion Policy offers both)."""
+    prediction: Literal["epsilon", "sample"] = "sample"
+    """What the network regresses: the clean chunk itself ("sample") or the added noise ("epsilon",
+    DDPM's choice; Diffusion Policy offers both). Measured on pick-and-lift from 100 demos, 4000 steps,
+    10 DDIM steps: sample 92% (46/50) against epsilon 0% (0/50): with a small network and budget the
+    noise target spends its capacity on noise levels where the action is invisible."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
