@@ -46,6 +46,10 @@ class MeanFlowConfig(PolicyConfig):
     """eps of the adaptive weight."""
     dispersive_weight: float = 0.25
     """lambda of the dispersive loss (0 disables)."""
+    prediction: Literal["velocity", "sample"] = "velocity"
+    """What the network outputs: the average velocity u itself, or the chunk's endpoint e with
+    u = (e - z) / (1 - t) (then one step returns e, the clean chunk, as sample-predicting diffusion
+    does), trained with the loss measured on e."""
     dispersive_temperature: float = 0.5
     """tau of the InfoNCE-L2 dispersive loss (squared distances of unit-normalised features)."""
 
@@ -110,12 +114,13 @@ class MeanFlowPolicy(Policy):
         v = actions - noise
 
         def u_fn(z_: torch.Tensor, t_: torch.Tensor, s_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return self.net(z_, torch.stack([t_, s_ - t_], dim=1), cond)
+            return self._velocity(z_, torch.stack([t_, s_ - t_], dim=1), cond)
 
         u, dudt, hidden = jvp(  # type: ignore[misc]
             u_fn, (z, t, s), (v, torch.ones_like(t), torch.zeros_like(s)), has_aux=True)
         target = (v + (s - t).clamp(0, 1)[:, None, None] * dudt).detach()
-        per_sample = (u - target).pow(2).flatten(1).sum(1)
+        scale = self._endpoint_scale(t)[:, None, None] if cfg.prediction == "sample" else 1.0
+        per_sample = ((u - target) * scale).pow(2).flatten(1).sum(1)  # "sample": the error of the endpoint
         weight = 1.0 / (per_sample.detach() + cfg.adaptive_eps) ** cfg.adaptive_power
         mf_loss = (weight * per_sample).mean()
         disp = dispersive_loss(hidden, cfg.dispersive_temperature) if cfg.dispersive_weight > 0 else u.sum() * 0
@@ -131,5 +136,18 @@ class MeanFlowPolicy(Policy):
         b = noise.shape[0]
         for i in range(steps):
             times = torch.tensor([[i * dt, dt]]).expand(b, 2)
-            x = x + dt * self.net(x, times, cond)[0]
+            x = x + dt * self._velocity(x, times, cond)[0]
         return x
+
+    MIN_REMAINING: ClassVar[float] = 0.05
+    """Floor of 1 - t in the endpoint parameterisation (keeps u finite near the data end)."""
+
+    def _endpoint_scale(self, t: torch.Tensor) -> torch.Tensor:
+        return (1.0 - t).clamp_min(self.MIN_REMAINING)
+
+    def _velocity(self, z: torch.Tensor, times: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Average velocity u(z, t, s) and the bottleneck features; ``times`` holds (t, s - t)."""
+        out, hidden = self.net(z, times, cond)
+        if self.config.prediction == "velocity":
+            return out, hidden
+        return (out - z) / self._endpoint_scale(times[:, 0])[:, None, None], hidden
