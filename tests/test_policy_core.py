@@ -243,3 +243,18 @@ def test_chunk_executor_imports_without_torch() -> None:
 
     code = "import sys, robot_rl.policies.chunking; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_meanflow_warmup_ramps_in_the_average_velocity_pairs() -> None:
+    policy = small_policy("meanflow", flow_ratio=0.6, meanflow_warmup=0.5)
+    share = {}
+    for progress in (0.0, 0.25, 0.5, 1.0):
+        policy.train_progress = progress
+        torch.manual_seed(0)
+        t, s = policy._times(20_000)  # type: ignore[attr-defined]
+        assert bool((s >= t).all())
+        share[progress] = float((s > t).float().mean())
+    assert share[0.0] == 0.0  # plain flow matching at the start of the run
+    assert share[0.25] == pytest.approx(0.2, abs=0.02) and share[0.5] == pytest.approx(0.4, abs=0.02)
+    assert share[1.0] == pytest.approx(share[0.5], abs=0.02)
+    assert small_policy("meanflow").train_progress == 1.0  # outside a scheduled run: the full mix

@@ -51,6 +51,7 @@ def closed_loop_distance(policy: Policy, ds: ChunkDataset) -> float:
 
 @pytest.mark.parametrize(("name", "steps", "max_ratio", "extra"), [
     ("flow", 300, 0.3, {}),
+    ("flow", 300, 0.3, {"prediction": "sample"}),
     ("diffusion", 300, 0.65, {}),
     ("diffusion", 300, 0.65, {"prediction": "epsilon"}),
     pytest.param("meanflow", 300, 0.85, {}, marks=pytest.mark.slow),

@@ -13,6 +13,7 @@ from robot_rl.policies.base import Policy, PolicySpec
 from robot_rl.policies.text import TextEncoder, hash_tokens, minilm_available
 from robot_rl.policies.vla import VLAConfig, VLAPolicy
 from robot_rl.training.dataset import ChunkDataset
+from robot_rl.training.evaluate import env_options_for
 from robot_rl.training.loop import TrainConfig, train
 
 SPEC = PolicySpec({"s": 2}, {"cam": (24, 24, 3)}, 1)
@@ -56,6 +57,7 @@ def test_vla_follows_the_language_instruction(tmp_path: Path) -> None:
     assert result.losses[-1] < 0.5 * result.losses[0]
     policy = Policy.load(result.policy_path)
     assert isinstance(policy, VLAPolicy) and policy.config.text_encoder == "hash"
+    assert policy.task == "move left"  # the checkpoint keeps the training instruction (most frequent, first)
     obs = {"s": ds.columns["s"][:1], "cam": ds.columns["cam"][:1]}
     gen = torch.Generator().manual_seed(0)
     left = policy.predict_chunk(obs, task="move left", generator=gen)
@@ -80,3 +82,12 @@ def test_packaged_minilm_embeds_offline_and_is_frozen(tmp_path: Path) -> None:
     assert sum(p.numel() for p in policy.text.parameters()) == 384 * policy.config.text_dim + policy.config.text_dim
     policy.save(tmp_path / "ck")
     assert Policy.load(tmp_path / "ck").config.text_encoder == "minilm"
+
+
+def test_eval_renders_the_cameras_the_policy_was_trained_on() -> None:
+    spec = PolicySpec({"s": 2}, {"image_front": (32, 40, 3)}, 1)
+    policy = VLAPolicy(VLAConfig(horizon=8, unet_channels=(16, 32), text_encoder="hash"), spec)
+    assert env_options_for(policy) == {"cameras": ("front",), "image_size": (32, 40)}
+    odd = VLAPolicy(VLAConfig(horizon=8, unet_channels=(16, 32), text_encoder="hash"), SPEC)
+    with pytest.raises(ValueError, match="image_<camera>"):
+        env_options_for(odd)

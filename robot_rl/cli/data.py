@@ -19,6 +19,7 @@ import argparse
 import importlib
 import inspect
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,9 @@ def _indices(text: str | None, total: int, limit: int | None = None) -> list[int
 
 
 def _record(args: argparse.Namespace) -> int:
+    if args.cameras:  # offscreen rendering; MuJoCo picks its GL platform when first imported
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
     import gymnasium as gym
 
     from robot_rl.data.recorder import record

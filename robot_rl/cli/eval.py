@@ -25,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exec-mode", choices=["ensemble", "blend", "latest"],
                         help="override how chunks are executed (default: as trained)")
     parser.add_argument("--action-steps", type=int, help="override the steps executed per chunk")
+    parser.add_argument("--task", help="task text for language-conditioned policies (default: the policy's own)")
     parser.add_argument("--out", help="folder for eval.json / eval.png (default: the policy folder)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -32,12 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load, roll out, report."""
+    import os
+
+    # camera policies render offscreen; MuJoCo picks its GL platform when first imported
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
     import gymnasium as gym
     import torch
 
     import robot_rl.sim  # noqa: F401  (registers the env ids)
     from robot_rl.policies.base import CheckpointError, Policy
-    from robot_rl.training.evaluate import evaluate, save_report
+    from robot_rl.training.evaluate import env_options_for, evaluate, save_report
 
     torch.set_num_threads(args.threads)
     try:
@@ -60,7 +66,14 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"robot-rl eval: error: {exc}")
             return 2
-    env = gym.make(args.env)
+    if args.task is not None:
+        policy.task = args.task
+    try:
+        options = env_options_for(policy)  # the cameras a camera policy was trained on
+    except ValueError as exc:
+        print(f"robot-rl eval: error: {exc}")
+        return 2
+    env = gym.make(args.env, **options)
     try:
         report = evaluate(policy, env, args.env, args.episodes, args.seed, progress=not args.no_progress)
     finally:

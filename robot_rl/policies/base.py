@@ -151,6 +151,9 @@ class Policy(nn.Module):
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
         self._swap_lock = threading.Lock()
         self.task: str = ""
+        self.train_progress = 1.0
+        """Fraction of the training run done (0..1), set by the training loop before each loss; losses
+        with a curriculum (MeanFlow's warm-up) read it. 1.0 outside a scheduled run (e.g. fine-tuning)."""
 
     # ========================================================================= to override
     def cond_dim(self) -> int:
@@ -263,7 +266,7 @@ class Policy(nn.Module):
     def metadata(self) -> dict[str, Any]:
         """What policy.json holds."""
         return {"format": CHECKPOINT_FORMAT, "type": self.name, "version": self.version,
-                "config": config_to_dict(self.config), "spec": self.spec.to_json()}
+                "config": config_to_dict(self.config), "spec": self.spec.to_json(), "task": self.task}
 
     def save(self, path: str | Path) -> Path:
         """Write ``model.safetensors`` and ``policy.json`` into folder ``path`` (created)."""
@@ -291,6 +294,7 @@ class Policy(nn.Module):
         policy = klass(config, spec)
         policy.load_state_dict(policy._checked_tensors(path), strict=True)
         policy.version = int(meta.get("version", 0))
+        policy.task = str(meta.get("task", ""))  # the instruction it was trained with (language policies)
         return policy
 
     def load_weights(self, path: str | Path, version: int | None = None, immediately: bool = False) -> int:

@@ -1,7 +1,9 @@
 """Flow-matching policy: rectified flow from Gaussian noise (t = 0) to the action chunk (t = 1).
 
 x_t = (1 - t) * noise + t * action, target velocity v = action - noise; Euler integration with any
-number of steps at inference (the same network serves 1..N steps).
+number of steps at inference (the same network serves 1..N steps). With ``prediction: sample`` the
+network outputs the clean chunk x (loss on x, as sample-predicting diffusion) and the velocity is
+derived, v = (x - x_t) / (1 - t), so the last Euler step lands exactly on the predicted chunk.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class FlowConfig(PolicyConfig):
     """Euler steps at inference."""
     time_sampling: Literal["uniform", "logit_normal"] = "uniform"
     """Distribution of t during training."""
+    prediction: Literal["velocity", "sample"] = "velocity"
+    """What the network outputs: the velocity (rectified flow) or the clean chunk ("sample", x-prediction;
+    the velocity is derived from it)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,8 +53,14 @@ class FlowPolicy(Policy):
         noise = torch.randn_like(actions)
         t = sample_time(actions.shape[0], self.config.time_sampling)
         x_t = (1 - t[:, None, None]) * noise + t[:, None, None] * actions
-        loss = F.mse_loss(self.net(x_t, t[:, None], cond)[0], actions - noise)
+        out = self.net(x_t, t[:, None], cond)[0]
+        loss = F.mse_loss(out, actions if self.config.prediction == "sample" else actions - noise)
         return loss, {"loss": loss.item()}
+
+    def _velocity(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """Velocity at (x, t) with t of shape (B, 1), t < 1; derived from the predicted chunk for "sample"."""
+        out = self.net(x, t, cond)[0]
+        return out if self.config.prediction == "velocity" else (out - x) / (1 - t)[:, :, None]
 
     def _sample(self, noise: torch.Tensor, cond: torch.Tensor, num_steps: int | None) -> torch.Tensor:
         steps = self.config.num_inference_steps if num_steps is None else int(num_steps)
@@ -58,5 +69,5 @@ class FlowPolicy(Policy):
         x, dt = noise, 1.0 / steps
         for i in range(steps):
             t = torch.full((noise.shape[0], 1), i * dt)
-            x = x + dt * self.net(x, t, cond)[0]
+            x = x + dt * self._velocity(x, t, cond)
         return x

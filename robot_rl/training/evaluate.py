@@ -67,6 +67,26 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def env_options_for(policy: Policy) -> dict[str, Any]:
+    """Env overrides that make a robot_rl env render what ``policy`` sees: its ``image_<camera>`` keys.
+
+    A camera policy is evaluated with the cameras and image size it was trained on (the recorder stores
+    camera ``c`` as ``image_c``), so ``robot-rl eval`` needs no camera flags.
+    """
+    cams = []
+    sizes = set()
+    for key, (h, w, _) in policy.spec.image_shapes.items():
+        if not key.startswith("image_"):
+            raise ValueError(f"observation.{key}: not a robot_rl camera key (image_<camera>); cannot render it")
+        cams.append(key[len("image_"):])
+        sizes.add((h, w))
+    if not cams:
+        return {}
+    if len(sizes) > 1:
+        raise ValueError(f"cameras of different sizes {sorted(sizes)}: a robot_rl env renders one size")
+    return {"cameras": tuple(cams), "image_size": sizes.pop()}
+
+
 def evaluate(policy: Policy, env: Any, env_id: str, episodes: int, seed: int = 0, max_steps: int | None = None,
              progress: bool = False) -> EvalReport:
     """Run ``episodes`` episodes with reset seeds ``seed, seed + 1, ...``; torch is seeded per episode too."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,7 +154,11 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
                                           pcfg.horizon, cfg.max_episodes)
     policy: Policy = get_policy_class(cfg.policy_type)(pcfg, dataset.spec)
     policy.set_stats(dataset.stats())
+    if dataset.tasks:  # the default instruction at inference: the most frequent task text (first on ties)
+        policy.task = Counter(dataset.tasks).most_common(1)[0][0]
     ema = Ema(policy, cfg.ema_decay) if cfg.ema_decay > 0 else None
+    if ema is not None:
+        ema.module.task = policy.task
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = 0
     if resume and last.exists():
@@ -172,6 +177,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
         for step in bar:
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(cfg, step)
+            policy.train_progress = step / cfg.steps
             loss, metrics = policy.compute_loss(dataset.sample(cfg.batch_size, rng))
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"step {step}: loss is {loss.item()}; stopping (last checkpoint kept)")
