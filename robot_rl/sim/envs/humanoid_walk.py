@@ -4,8 +4,8 @@ The command is sampled at reset (``reset(options={"command": (vx, vy, wz)})`` fi
 Reward terms follow the usual velocity-tracking recipe (legged_gym / MuJoCo Playground): Gaussian
 kernels of the velocity errors plus posture regularisers and an action-rate penalty. Success: after
 2 s, the smoothed body-frame velocity (1 s time constant) is within 0.15 m/s of the command.
-No scripted walking gait ships with this env; see benchmarks/README.md "Simulation" for what the
-balance reference controller does here (it stands, it does not walk).
+Its reference controller is :class:`robot_rl.sim.experts.WalkingController` (DCM walking through
+the legs' inverse kinematics); benchmarks/README.md "Simulation" has its measured tracking.
 """
 
 from __future__ import annotations

@@ -152,11 +152,15 @@ def expert_for(env: gym.Env[Any, Any]) -> Any:
     from robot_rl.sim.envs.arm_push import ArmPushEnv
     from robot_rl.sim.envs.arm_reach import ArmReachEnv
     from robot_rl.sim.envs.humanoid_base import HumanoidEnv
+    from robot_rl.sim.envs.humanoid_walk import HumanoidWalkEnv
     from robot_rl.sim.envs.quad_base import QuadEnv
     from robot_rl.sim.experts.humanoid import BalanceExpert
+    from robot_rl.sim.experts.humanoid_walk import WalkingController
     from robot_rl.sim.experts.quad import HoverExpert
 
     base = env.unwrapped
+    if isinstance(base, HumanoidWalkEnv):
+        return WalkingController(policy_hz=float(base.config.policy_hz))
     if isinstance(base, HumanoidEnv):
         return BalanceExpert()
     if isinstance(base, QuadEnv):
