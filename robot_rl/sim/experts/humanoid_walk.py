@@ -53,8 +53,10 @@ SOLE_LOW, SOLE_HIGH = np.array([-0.07, -0.02]), np.array([0.07, 0.02])
 
 @dataclass
 class WalkParams:
-    """Gait and feedback parameters of :class:`WalkingController` (defaults from a random search on
-    ``HumanoidWalk-v0``; see benchmarks/README.md, Simulation)."""
+    """Gait and feedback parameters of :class:`WalkingController`.
+
+    Defaults come from a random search on ``HumanoidWalk-v0`` (benchmarks/README.md, Simulation).
+    """
 
     step_time: float = 0.35
     """Duration of one step (single support) [s]."""
