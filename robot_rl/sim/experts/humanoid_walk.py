@@ -86,6 +86,10 @@ class WalkParams:
     """Rate [1/s] at which the ZMP (ankle torques) pulls the DCM back to its reference."""
     step_gain: float = 0.5
     """Footstep shift per metre of DCM error predicted at touchdown."""
+    drift_gain: float = -0.3
+    """Extra sideways footstep shift per metre of commanded sideways travel per step. Negative: a foot
+    that lands on the far side of the DCM sends the body the other way (without it, measured, sideways
+    commands of 0.12 m/s were walked at 0.03 m/s)."""
     freeze_phase: float = 0.6
     """After this fraction of the step the footstep stops moving (the foot is landing)."""
     max_accel: float = 1.0
@@ -288,6 +292,7 @@ class WalkingController:
         self.step_yaw = float(command[2] * p.step_time)
         offset = _rot2(self.step_yaw) @ self._periodic_offset(command, 1 - self.stance)
         target = xi_end + p.step_gain * error * grow - offset
+        target[1] += p.drift_gain * command[1] * p.step_time  # sideways: both feet land further that way
         side = _SIDE_SIGN[1 - self.stance]
         target[0] = np.clip(target[0], -p.max_length, p.max_length)
         target[1] = side * np.clip(side * target[1], p.min_width, p.max_width)
