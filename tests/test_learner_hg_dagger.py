@@ -14,7 +14,7 @@ from robot_rl.learners.hg_dagger import HGDAggerConfig, HGDAggerLearner
 from robot_rl.policies.chunking import ExecutorConfig
 from robot_rl.policies.flow import FlowConfig, FlowPolicy
 from robot_rl.training.dataset import ChunkDataset
-from robot_rl.training.toy import STEP
+from robot_rl.training.toy import toy_episode
 
 HORIZON = 4
 
@@ -29,16 +29,7 @@ def expert_action(pos: np.ndarray, goal: np.ndarray) -> np.ndarray:
 
 
 def episode(rng: np.random.Generator, goal_x: tuple[float, float], length: int = 20) -> dict[str, np.ndarray]:
-    pos = rng.uniform(-1, 1, 2)
-    goal = np.array([rng.uniform(*goal_x), rng.uniform(-1, 1)])
-    rows: dict[str, list[np.ndarray]] = {"pos": [], "goal": [], "action": []}
-    for _ in range(length):
-        a = expert_action(pos, goal)
-        rows["pos"].append(pos.astype(np.float32))
-        rows["goal"].append(goal.astype(np.float32))
-        rows["action"].append(a)
-        pos = pos + STEP * a
-    return {k: np.stack(v) for k, v in rows.items()}
+    return toy_episode(rng, length, goal_x, expert=expert_action)
 
 
 def demos(n: int, seed: int) -> ChunkDataset:

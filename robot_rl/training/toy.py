@@ -7,6 +7,8 @@ is what an overfitting test needs to tell a working policy from one that outputs
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from robot_rl.training.dataset import ChunkDataset
@@ -20,21 +22,28 @@ def expert_action(pos: np.ndarray, goal: np.ndarray) -> np.ndarray:
     return np.clip(2.0 * (goal - pos), -1.0, 1.0).astype(np.float32)
 
 
+def toy_episode(rng: np.random.Generator, length: int = 30, goal_x: tuple[float, float] = (-1.0, 1.0),
+                expert: Callable[[np.ndarray, np.ndarray], np.ndarray] = expert_action) -> dict[str, np.ndarray]:
+    """One episode of ``expert`` from a random start to a random goal (its x drawn from ``goal_x``).
+
+    Returns {"pos": (T, 2), "goal": (T, 2), "action": (T, 2)}.
+    """
+    pos = rng.uniform(-1, 1, 2)
+    goal = np.array([rng.uniform(*goal_x), rng.uniform(-1, 1)])
+    rows: dict[str, list[np.ndarray]] = {"pos": [], "goal": [], "action": []}
+    for _ in range(length):
+        a = expert(pos, goal)
+        rows["pos"].append(pos.astype(np.float32))
+        rows["goal"].append(goal.astype(np.float32))
+        rows["action"].append(a)
+        pos = pos + STEP * a
+    return {k: np.stack(v) for k, v in rows.items()}
+
+
 def toy_episodes(n: int, length: int = 30, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """``n`` expert episodes: {"pos": (T, 2), "goal": (T, 2), "action": (T, 2)}."""
+    """``n`` expert episodes of :func:`toy_episode`."""
     rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        pos, goal = rng.uniform(-1, 1, 2), rng.uniform(-1, 1, 2)
-        rows: dict[str, list[np.ndarray]] = {"pos": [], "goal": [], "action": []}
-        for _ in range(length):
-            a = expert_action(pos, goal)
-            rows["pos"].append(pos.astype(np.float32))
-            rows["goal"].append(goal.astype(np.float32))
-            rows["action"].append(a)
-            pos = pos + STEP * a
-        out.append({k: np.stack(v) for k, v in rows.items()})
-    return out
+    return [toy_episode(rng, length) for _ in range(n)]
 
 
 def toy_dataset(n: int, n_obs_steps: int, horizon: int, length: int = 30, seed: int = 0) -> ChunkDataset:

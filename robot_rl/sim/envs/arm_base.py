@@ -123,7 +123,8 @@ class ArmEnv(RobotEnv):
         return f
 
     def _task_fields(self) -> dict[str, FieldSpec]:
-        return {"goal_pos": FieldSpec((3,), description="goal position, base frame [m]")}
+        goal = {"goal_pos": FieldSpec((3,), description="goal position, base frame [m]")}
+        return {**self._object_fields(), **goal} if self.WITH_OBJECT else goal
 
     def _action_spec(self) -> ActionSpec:
         grip = FieldSpec((1,), low=-1.0, high=1.0, description="-1 closed .. +1 open")
@@ -210,7 +211,10 @@ class ArmEnv(RobotEnv):
         return {k: np.asarray(v, dtype=np.float32).copy() for k, v in obs.items()}
 
     def _task_observation(self) -> dict[str, np.ndarray]:
-        return {"goal_pos": self.goal}
+        if not self.WITH_OBJECT:
+            return {"goal_pos": self.goal}
+        return {"object_pos": self.object_pos(), "object_quat": self.data.qpos[self.obj_qpos][3:],
+                "goal_pos": self.goal}
 
     def _object_fields(self) -> dict[str, FieldSpec]:
         return {"object_pos": FieldSpec((3,), description="cube centre, base frame [m]"),

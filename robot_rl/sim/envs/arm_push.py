@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.core import FieldSpec
 from robot_rl.sim import scenes
 from robot_rl.sim.envs.arm_base import ArmEnv
 
@@ -20,13 +19,6 @@ class ArmPushEnv(ArmEnv):
 
     WITH_OBJECT = True
     DEFAULTS = {**ArmEnv.DEFAULTS, "max_episode_steps": 100}  # noqa: RUF012
-
-    def _task_fields(self) -> dict[str, FieldSpec]:
-        return {**self._object_fields(), **super()._task_fields()}
-
-    def _task_observation(self) -> dict[str, np.ndarray]:
-        return {"object_pos": self.object_pos(), "object_quat": self.data.qpos[self.obj_qpos][3:],
-                "goal_pos": self.goal}
 
     def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         qpos = self._initial_arm_qpos(rng)
