@@ -61,7 +61,8 @@ def arm_scene(with_object: bool) -> mujoco.MjSpec:
     _look_at(spec, "front", pos=[1.35, 0.0, 0.75], target=[0.45, 0.0, 0.05])
     _look_at(spec, "side", pos=[0.5, -1.0, 0.6], target=[0.5, 0.0, 0.05])
     hand = spec.body(panda.HAND_BODY)
-    hand.add_camera(name="wrist", pos=[0.06, 0.0, 0.02], xyaxes=[0, -1, 0, 1, 0, 0], fovy=75)
+    # looks along the hand's z (toward the fingers and what they grasp); x to the hand's -y
+    hand.add_camera(name="wrist", pos=[0.06, 0.0, 0.03], xyaxes=[0, -1, 0, -1, 0, 0], fovy=75)
     return spec
 
 
