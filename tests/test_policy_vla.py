@@ -10,6 +10,7 @@ import torch
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.policies.base import Policy, PolicySpec
+from robot_rl.policies.encoders import SpatialSoftmax, TinyCNN
 from robot_rl.policies.text import TextEncoder, hash_tokens, minilm_available
 from robot_rl.policies.vla import VLAConfig, VLAPolicy
 from robot_rl.training.dataset import ChunkDataset
@@ -91,3 +92,26 @@ def test_eval_renders_the_cameras_the_policy_was_trained_on() -> None:
     odd = VLAPolicy(VLAConfig(horizon=8, unet_channels=(16, 32), text_encoder="hash"), SPEC)
     with pytest.raises(ValueError, match="image_<camera>"):
         env_options_for(odd)
+
+
+def test_spatial_softmax_finds_where_the_bright_spot_is() -> None:
+    maps = torch.full((3, 1, 8, 8), -20.0)
+    spots = [(0, 0), (7, 7), (2, 5)]  # (row, col)
+    for i, (r, c) in enumerate(spots):
+        maps[i, 0, r, c] = 20.0
+    xy = SpatialSoftmax()(maps)
+    grid = np.linspace(-1.0, 1.0, 8)
+    for i, (r, c) in enumerate(spots):
+        assert xy[i, 0].item() == pytest.approx(grid[c], abs=1e-3)  # x from the column
+        assert xy[i, 1].item() == pytest.approx(grid[r], abs=1e-3)  # y from the row
+    # where, not only what: a spot moved by a multiple of the CNN's stride (8 px), away from the borders,
+    # pools to the same average features; only the keypoints tell the two positions apart
+    cnn = TinyCNN(3, 16).eval()
+    left, right = torch.zeros(1, 3, 64, 64), torch.zeros(1, 3, 64, 64)
+    left[:, 0, 28:32, 16:20] = 1.0
+    right[:, 0, 28:32, 40:44] = 1.0
+    with torch.no_grad():
+        maps_l, maps_r = cnn.conv(left), cnn.conv(right)
+        assert torch.allclose(maps_l.mean(dim=(2, 3)), maps_r.mean(dim=(2, 3)), atol=1e-5)
+        assert (cnn.keypoints(maps_l) - cnn.keypoints(maps_r)).abs().max() > 0.05
+        assert not torch.allclose(cnn(left), cnn(right), atol=1e-4)

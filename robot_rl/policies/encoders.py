@@ -29,20 +29,41 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | No
     return padded[batch, chan, rows, cols]
 
 
+class SpatialSoftmax(nn.Module):
+    """(N, K, H, W) feature maps -> (N, 2K): where each map's softmax puts its mass, x then y in [-1, 1].
+
+    Global average pooling keeps what a map saw but not where; a policy that has to reach an object needs
+    the where (the keypoints of Levine et al. 2016, used by robomimic and Diffusion Policy).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Expected image coordinates of each feature map."""
+        n, k, h, w = x.shape
+        attention = torch.softmax(x.flatten(2), dim=-1).view(n, k, h, w)
+        ys = torch.linspace(-1.0, 1.0, h, device=x.device, dtype=x.dtype)
+        xs = torch.linspace(-1.0, 1.0, w, device=x.device, dtype=x.dtype)
+        return torch.cat([(attention.sum(2) * xs).sum(-1), (attention.sum(3) * ys).sum(-1)], dim=1)
+
+
 class TinyCNN(nn.Module):
-    """Three strided convolutions, global average pooling and a linear layer: (N, C, H, W) -> (N, out_dim)."""
+    """Three strided convolutions, keypoints and average-pooled appearance, a linear layer.
+
+    (N, C, H, W) -> (N, out_dim).
+    """
 
     def __init__(self, in_channels: int, out_dim: int, width: int = 32) -> None:
         super().__init__()
-        self.net = nn.Sequential(
+        self.conv = nn.Sequential(
             nn.Conv2d(in_channels, width, 3, stride=2, padding=1), nn.GroupNorm(8, width), nn.ReLU(),
             nn.Conv2d(width, width, 3, stride=2, padding=1), nn.GroupNorm(8, width), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), nn.GroupNorm(8, 2 * width), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, out_dim))
+            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), nn.GroupNorm(8, 2 * width), nn.ReLU())
+        self.keypoints = SpatialSoftmax()
+        self.out = nn.Linear(6 * width, out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(N, C, H, W) float in [0, 1] -> (N, out_dim)."""
-        return self.net(x)
+        maps = self.conv(x)
+        return self.out(torch.cat([self.keypoints(maps), maps.mean(dim=(2, 3))], dim=1))
 
 
 class ObsEncoder(nn.Module):
