@@ -258,3 +258,28 @@ def test_meanflow_warmup_ramps_in_the_average_velocity_pairs() -> None:
     assert share[0.25] == pytest.approx(0.2, abs=0.02) and share[0.5] == pytest.approx(0.4, abs=0.02)
     assert share[1.0] == pytest.approx(share[0.5], abs=0.02)
     assert small_policy("meanflow").train_progress == 1.0  # outside a scheduled run: the full mix
+
+
+def test_meanflow_time_features_are_slow_so_its_time_derivative_target_stays_small(tmp_path: Path) -> None:
+    """The MeanFlow target contains the network's own d/dt (JVP); fast time features inflate it (30 rad left
+    the pick-and-lift policy at 0%, 3 rad reached 92%). The frequency is part of the saved config."""
+
+    def time_derivative(policy: Policy) -> float:
+        gen = torch.Generator().manual_seed(0)
+        z, t = torch.randn(32, 8, 2, generator=gen), torch.rand(32, generator=gen)
+        cond = torch.randn(32, policy.cond_dim(), generator=gen)
+        s = torch.ones(32)
+        _, dudt = torch.func.jvp(lambda t_: policy._velocity(z, torch.stack([t_, s - t_], 1), cond)[0],
+                                 (t,), (torch.ones_like(t),))
+        return float(dudt.pow(2).mean().sqrt())
+
+    derivative = {}
+    for freq in (None, 30.0):
+        torch.manual_seed(1)
+        policy = small_policy("meanflow", **({} if freq is None else {"time_max_freq": freq}))
+        derivative[freq] = time_derivative(policy)
+        policy.save(tmp_path / str(freq))
+        loaded = Policy.load(tmp_path / str(freq))
+        assert float(loaded.net.time_embed[0].freqs.max()) == pytest.approx(freq or 3.0, rel=1e-5)
+        assert time_derivative(loaded) == pytest.approx(derivative[freq], rel=1e-5)
+    assert derivative[30.0] > 3 * derivative[None], derivative

@@ -55,6 +55,11 @@ class MeanFlowConfig(PolicyConfig):
     """What the network outputs: the average velocity u itself, or the chunk's endpoint e with
     u = (e - z) / (1 - t) (then one step returns e, the clean chunk, as sample-predicting diffusion
     does), trained with the loss measured on e."""
+    time_max_freq: float = 3.0
+    """Highest frequency (rad per unit time) of the sinusoidal time features. The JVP differentiates the
+    network along time and feeds that derivative back as the target, so fast time features make the
+    targets noisy: on pick-and-lift 30 rad left the one-step policy at 0% (it stopped steering toward
+    the cube), 3 rad reached 92%, as the diffusion policy (measured)."""
     dispersive_temperature: float = 0.5
     """tau of the InfoNCE-L2 dispersive loss (squared distances of unit-normalised features)."""
 
@@ -65,7 +70,7 @@ class MeanFlowConfig(PolicyConfig):
         for name in ("flow_ratio", "one_step_ratio", "meanflow_warmup"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
-        for name in ("time_std", "adaptive_eps", "dispersive_temperature"):
+        for name in ("time_std", "adaptive_eps", "dispersive_temperature", "time_max_freq"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
         if self.adaptive_power < 0 or self.dispersive_weight < 0:
@@ -94,7 +99,11 @@ class MeanFlowPolicy(Policy):
     config_cls: ClassVar[type[PolicyConfig]] = MeanFlowConfig
     config: MeanFlowConfig
     n_times: ClassVar[int] = 2
-    time_max_freq: ClassVar[float] = 30.0
+
+    def time_embedding_freq(self, config: PolicyConfig) -> float:
+        """``config.time_max_freq``: low, because the loss differentiates the network along time."""
+        assert isinstance(config, MeanFlowConfig)
+        return config.time_max_freq
 
     def _times(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
