@@ -144,7 +144,7 @@ class Policy(nn.Module):
         self.encoder = ObsEncoder(spec.state_dims, spec.image_shapes, config.n_obs_steps, config.image_feature_dim,
                                   config.crop_pad)
         self.net = ConditionalUnet1D(spec.action_dim, self.cond_dim(), self.n_times, tuple(config.unet_channels),
-                                     config.kernel_size, time_max_freq=self.time_embedding_freq(config))
+                                     config.kernel_size, time_max_freq=self.time_embedding_freq())
         self.version = 0
         self._history: deque[dict[str, np.ndarray]] = deque(maxlen=config.n_obs_steps)
         self.executor = ChunkExecutor(config.executor, spec.action_dim)
@@ -156,8 +156,11 @@ class Policy(nn.Module):
         with a curriculum (MeanFlow's warm-up) read it. 1.0 outside a scheduled run (e.g. fine-tuning)."""
 
     # ========================================================================= to override
-    def time_embedding_freq(self, config: PolicyConfig) -> float:
-        """Highest frequency of the network's sinusoidal time features (``time_max_freq`` by default)."""
+    def time_embedding_freq(self) -> float:
+        """Highest frequency of the network's sinusoidal time features (``time_max_freq`` by default).
+
+        Called while the network is built, after ``self.config`` is set.
+        """
         return self.time_max_freq
 
     def cond_dim(self) -> int:

@@ -59,7 +59,7 @@ class MeanFlowConfig(PolicyConfig):
     """Highest frequency (rad per unit time) of the sinusoidal time features. The JVP differentiates the
     network along time and feeds that derivative back as the target, so fast time features make the
     targets noisy: on pick-and-lift 30 rad left the one-step policy at 0% (it stopped steering toward
-    the cube), 3 rad reached 92%, as the diffusion policy (measured)."""
+    the cube), 3 rad reached 94% (92% without the dispersive loss; diffusion: 92%, measured)."""
     dispersive_temperature: float = 0.5
     """tau of the InfoNCE-L2 dispersive loss (squared distances of unit-normalised features)."""
 
@@ -100,10 +100,9 @@ class MeanFlowPolicy(Policy):
     config: MeanFlowConfig
     n_times: ClassVar[int] = 2
 
-    def time_embedding_freq(self, config: PolicyConfig) -> float:
+    def time_embedding_freq(self) -> float:
         """``config.time_max_freq``: low, because the loss differentiates the network along time."""
-        assert isinstance(config, MeanFlowConfig)
-        return config.time_max_freq
+        return self.config.time_max_freq
 
     def _times(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
