@@ -5,6 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from scipy.spatial.transform import Rotation, Slerp
 
 from robot_rl.control import (
     CartesianConfig,
@@ -23,26 +24,51 @@ from robot_rl.control import (
     load_control_config,
 )
 from robot_rl.control.config import quadrotor_params
-from robot_rl.control.rotations import mat_from_rotvec, mat_to_quat, quat_slerp, quat_to_mat, rotvec_from_mat
+from robot_rl.control.rotations import mat_to_quat, quat_normalize, quat_slerp, quat_to_mat, quat_yaw
 from robot_rl.core.config import ConfigError
 from robot_rl.robots import panda
+
+
+def _scipy(q: np.ndarray) -> Rotation:
+    return Rotation.from_quat(q, scalar_first=True)
 
 
 def test_rotvec_round_trip(rng: np.random.Generator) -> None:
     for _ in range(50):
         axis = rng.normal(size=3)
         v = axis / np.linalg.norm(axis) * rng.uniform(0.0, np.pi - 1e-3)
-        r = mat_from_rotvec(v)
+        r = Rotation.from_rotvec(v).as_matrix()
         np.testing.assert_allclose(r @ r.T, np.eye(3), atol=1e-12)
-        np.testing.assert_allclose(rotvec_from_mat(r), v, atol=1e-9)
+        np.testing.assert_allclose(_scipy(mat_to_quat(r)).as_rotvec(), v, atol=1e-9)
         np.testing.assert_allclose(quat_to_mat(mat_to_quat(r)), r, atol=1e-12)
+
+
+def test_rotations_match_scipy_in_wxyz_with_w_non_negative(rng: np.random.Generator) -> None:
+    """The MuJoCo-backed helpers equal scipy's Rotation (scalar first) on random rotations, signs included."""
+    for _ in range(200):
+        q = rng.normal(size=4) * rng.uniform(0.5, 2.0)
+        rot = _scipy(q)
+        np.testing.assert_allclose(quat_to_mat(q / np.linalg.norm(q)), rot.as_matrix(), atol=1e-12)
+        want = rot.as_quat(scalar_first=True, canonical=True)  # w >= 0
+        np.testing.assert_allclose(mat_to_quat(rot.as_matrix()), want, atol=1e-12)
+        np.testing.assert_allclose(quat_normalize(q), want, atol=1e-12)
+        assert abs(quat_yaw(q) - rot.as_euler("ZYX")[0]) < 1e-12
+        w, x, y, z = q / np.linalg.norm(q)  # the closed form the experts used before
+        assert abs(quat_yaw(q) - np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))) < 1e-12
+        b = rng.normal(size=4)
+        if rng.uniform() < 0.5:  # near-parallel pairs too, down to ~1e-8 rad apart
+            b = q + rng.normal(size=4) * 10 ** rng.uniform(-8, -1)
+        alpha = rng.uniform()
+        scipy_mid = Slerp([0.0, 1.0], Rotation.concatenate([rot, _scipy(b)]))([alpha])[0]
+        np.testing.assert_allclose(quat_slerp(q, b, alpha), scipy_mid.as_quat(scalar_first=True, canonical=True),
+                                   atol=1e-12)
 
 
 def test_slerp_halfway_is_half_the_angle() -> None:
     a = np.array([1.0, 0.0, 0.0, 0.0])
-    b = mat_to_quat(mat_from_rotvec(np.array([0.0, 0.0, 1.2])))
+    b = mat_to_quat(Rotation.from_rotvec([0.0, 0.0, 1.2]).as_matrix())
     mid = quat_slerp(a, b, 0.5)
-    np.testing.assert_allclose(rotvec_from_mat(quat_to_mat(mid)), [0.0, 0.0, 0.6], atol=1e-12)
+    np.testing.assert_allclose(_scipy(mid).as_rotvec(), [0.0, 0.0, 0.6], atol=1e-12)
     np.testing.assert_allclose(quat_slerp(a, -b, 1.0), b, atol=1e-12)  # short arc, sign-free
 
 

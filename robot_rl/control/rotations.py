@@ -1,4 +1,9 @@
-"""Quaternion / rotation helpers (w, x, y, z convention, as MuJoCo), on top of MuJoCo's own routines."""
+"""Quaternion / rotation helpers (w, x, y, z convention, as MuJoCo), thin wrappers of MuJoCo's ``mju_*`` routines.
+
+MuJoCo's C routines cost about a microsecond per call, so these are cheap enough for code that runs at
+every physics step; code off the hot path can use ``scipy.spatial.transform.Rotation`` (with
+``scalar_first=True`` for this convention) directly.
+"""
 
 from __future__ import annotations
 
@@ -20,37 +25,26 @@ def quat_to_mat(q: np.ndarray) -> np.ndarray:
 
 
 def mat_to_quat(r: np.ndarray) -> np.ndarray:
-    """Unit quaternion of a 3x3 rotation matrix."""
+    """Unit quaternion (w >= 0) of a 3x3 rotation matrix."""
     out = np.empty(4)
     mujoco.mju_mat2Quat(out, np.ascontiguousarray(r, dtype=np.float64).reshape(9))
     return quat_normalize(out)
 
 
-def rotvec_from_mat(r: np.ndarray) -> np.ndarray:
-    """Axis-angle vector (log map) of a rotation matrix, angle in [0, pi]."""
-    q = mat_to_quat(r)
-    out = np.empty(3)
-    mujoco.mju_quat2Vel(out, q, 1.0)
-    return out
+def quat_yaw(q: np.ndarray) -> float:
+    """Heading [rad] of the body x axis in the world xy plane (the first angle of a Z-Y-X Euler split).
 
-
-def mat_from_rotvec(v: np.ndarray) -> np.ndarray:
-    """Rotation matrix of an axis-angle vector (exp map)."""
-    angle = float(np.linalg.norm(v))
-    q = np.array([1.0, 0.0, 0.0, 0.0])
-    if angle > 0:
-        mujoco.mju_axisAngle2Quat(q, np.asarray(v, dtype=np.float64) / angle, angle)
-    return quat_to_mat(q)
+    Scale-free: ``q`` need not be normalised.
+    """
+    m = np.empty(9)
+    mujoco.mju_quat2Mat(m, np.asarray(q, dtype=np.float64))
+    return float(np.arctan2(m[3], m[0]))
 
 
 def quat_slerp(a: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
-    """Spherical interpolation ``alpha`` of the way from ``a`` to ``b`` (short arc)."""
-    a = quat_normalize(a)
-    b = np.asarray(b, dtype=np.float64) / np.linalg.norm(b)
-    if np.dot(a, b) < 0:
-        b = -b
-    dot = float(np.clip(np.dot(a, b), -1.0, 1.0))
-    if dot > 0.9995:
-        return quat_normalize(a + alpha * (b - a))
-    theta = np.arccos(dot)
-    return quat_normalize((np.sin((1 - alpha) * theta) * a + np.sin(alpha * theta) * b) / np.sin(theta))
+    """Spherical interpolation ``alpha`` of the way from ``a`` to ``b`` (short arc, either sign of ``b``)."""
+    q = quat_normalize(a)
+    rv = np.empty(3)
+    mujoco.mju_subQuat(rv, np.asarray(b, dtype=np.float64) / np.linalg.norm(b), q)  # q * exp(rv) = b, |rv| <= pi
+    mujoco.mju_quatIntegrate(q, rv, float(alpha))  # q <- q * exp(alpha rv)
+    return quat_normalize(q)
