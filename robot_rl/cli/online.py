@@ -19,14 +19,14 @@ if TYPE_CHECKING:
     from robot_rl.learners.online_config import OnlineConfig
 
 HELP = "online fine-tuning: learner + actors with a simulated human (HG-DAgger), as separate processes"
-DEFAULT_CONFIG = "config/learners/online_pick_lift.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``robot-rl online``."""
     sub = parser.add_subparsers(dest="role", metavar="ROLE", required=True)
     run = sub.add_parser("run", help="start a learner and the actors, wait, print the learning curve")
-    run.add_argument("--config", default=None, help=f"online config YAML (default: the installed {DEFAULT_CONFIG})")
+    run.add_argument("--config", default=None,
+                     help="online config YAML (default: the installed config/learners/online_pick_lift.yaml)")
     run.add_argument("--run", required=True, help="run folder (weights, checkpoints, logs)")
     run.add_argument("--policy", help="checkpoint folder of the policy to fine-tune (overrides the config)")
     run.add_argument("--demos", help="episode store of demonstrations to mix in (overrides the config)")
@@ -40,20 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actor.add_argument("--index", type=int, default=0, help="actor number (seeds, log file)")
 
 
-def default_config_path() -> Path:
-    """The online config shipped with robot_rl."""
-    from robot_rl.paths import package_share_dir
-
-    return package_share_dir() / DEFAULT_CONFIG
-
-
 def run(args: argparse.Namespace) -> int:
-    """Dispatch to the role."""
+    """Dispatch to the role (the learner and actor roles are the core's, in robot_rl.learners.roles)."""
     from robot_rl.core.config import ConfigError, load_config
-    from robot_rl.learners.online import CONFIG_FILE
-    from robot_rl.learners.online_config import OnlineConfig
+    from robot_rl.learners.online_config import OnlineConfig, default_config_path
+    from robot_rl.learners.roles import run_actor_role, run_learner
 
-    folder = Path(args.run)
     try:
         if args.role == "run":
             cfg = load_config(OnlineConfig, args.config or default_config_path(), args.overrides)
@@ -63,23 +55,14 @@ def run(args: argparse.Namespace) -> int:
                 cfg.learner.demos = args.demos
             if not cfg.policy:
                 raise ConfigError("policy: no policy to fine-tune (give --policy)")
-            return _run_all(cfg, folder)
-        cfg = load_config(OnlineConfig, folder / CONFIG_FILE)
+            return _run_all(cfg, Path(args.run))
+        if args.role == "learner":
+            run_learner(args.run, args.max_seconds)
+        else:
+            run_actor_role(args.run, args.index)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"robot-rl online: error: {exc}")
         return 2
-    if args.role == "learner":
-        from robot_rl.learners.learner_process import OnlineLearner
-
-        learner = OnlineLearner(cfg, folder)
-        if learner.resumed_from:
-            print(f"resumed from the checkpoint: {learner.resumed_from}", flush=True)
-        print(f"learner done: {learner.run(args.max_seconds)}", flush=True)
-        return 0
-    from robot_rl.learners.actor_process import run_actor
-
-    records = run_actor(cfg, folder, args.index)
-    print(f"actor {args.index}: {sum(r['success'] for r in records)}/{len(records)} episodes succeeded", flush=True)
     return 0
 
 

@@ -1,8 +1,9 @@
 """Run online fine-tuning as separate processes: one learner, N actors, one run folder.
 
 ``run_online`` is what ``robot-rl online run`` and the demo call: it writes the config into the run
-folder, starts ``robot-rl online learner`` and ``robot-rl online actor --index i`` as child processes
-(the same commands a user can start by hand on several terminals or machines sharing the folder), waits
+folder, starts the learner and the actors as child processes (``python -m robot_rl.learners.roles
+learner|actor``, what ``robot-rl online learner|actor`` runs too, so a user can start them by hand on
+several terminals or machines sharing the folder), waits
 for the actors, stops the learner (it checkpoints and publishes once more) and summarises the logs:
 success and interventions per episode over time, as a table and a learning-curve PNG.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +22,7 @@ import numpy as np
 
 from robot_rl.core.config import save_config
 from robot_rl.learners.online_config import OnlineConfig
-
-CONFIG_FILE = "online.yaml"
+from robot_rl.learners.roles import CONFIG_FILE, command
 
 
 @dataclass
@@ -51,10 +50,6 @@ class OnlineResult:
                         "takeovers": float(np.mean([e["takeovers"] for e in eps])),
                         "version": int(max(e["version_end"] for e in eps))})
         return out
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "robot_rl.cli.main", "online", *args]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -89,12 +84,12 @@ def run_online(cfg: OnlineConfig, run: str | Path, progress: bool = True, timeou
     logs = run / "logs"
     logs.mkdir(exist_ok=True)
     with (logs / "learner.log").open("w") as out:
-        learner = subprocess.Popen(_cli("learner", "--run", str(run)), stdout=out, stderr=subprocess.STDOUT)
+        learner = subprocess.Popen(command("learner", run), stdout=out, stderr=subprocess.STDOUT)
     actors: list[subprocess.Popen[bytes]] = []
     try:
         for i in range(cfg.actors):
             with (logs / f"actor_{i}.log").open("w") as out:
-                actors.append(subprocess.Popen(_cli("actor", "--run", str(run), "--index", str(i)),
+                actors.append(subprocess.Popen(command("actor", run, "--index", str(i)),
                                                stdout=out, stderr=subprocess.STDOUT))
         total = cfg.actors * cfg.actor.episodes
         bar = tqdm(total=total, desc="online fine-tuning", unit="episode", disable=not progress)

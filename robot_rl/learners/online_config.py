@@ -7,10 +7,13 @@ every actor read the same numbers; ``robot-rl online ... --set key=value`` overr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from robot_rl.core.device import check_device_name
 from robot_rl.learners.hg_dagger import HGDAggerConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
+from robot_rl.paths import package_share_dir
 
 
 @dataclass
@@ -39,8 +42,13 @@ class ActorConfig:
     classifier's cameras in ``env_options``); "" uses the simulator's ``is_success``."""
     num_threads: int = 1
     """torch CPU threads per actor."""
+    device: str = "cpu"
+    """Where each actor runs policy inference (and the success detector): "cpu", "cuda" or "auto". CPU by
+    default: an actor predicts one chunk of a small network at a time, and every actor process on a GPU
+    would hold its own CUDA context beside the learner's."""
 
     def __post_init__(self) -> None:
+        check_device_name(self.device)
         if self.episodes < 1 or self.send_every < 1 or self.pending_limit < 1 or self.num_threads < 1:
             raise ValueError("episodes, send_every, pending_limit and num_threads must be >= 1")
         if self.human_risk not in ("grasp", "action"):
@@ -69,8 +77,12 @@ class LearnerConfig:
     """Transitions kept in the all-steps buffer (the record of the run)."""
     num_threads: int = 1
     """torch CPU threads of the learner."""
+    device: str = "auto"
+    """Where the learner trains: "auto" (CUDA when available, else CPU), "cpu" or "cuda". Published weights
+    and checkpoints are written from CPU copies, so actors load them on any device."""
 
     def __post_init__(self) -> None:
+        check_device_name(self.device)
         if self.min_intervention_steps < 0 or self.updates_per_cycle < 1 or self.publish_every < 1:
             raise ValueError("min_intervention_steps >= 0, updates_per_cycle >= 1 and publish_every >= 1")
         if not self.update_to_data > 0 or not self.checkpoint_every_s > 0:
@@ -95,3 +107,12 @@ class OnlineConfig:
     def __post_init__(self) -> None:
         if self.actors < 1:
             raise ValueError(f"actors: must be >= 1, got {self.actors}")
+
+
+DEFAULT_CONFIG = "config/learners/online_pick_lift.yaml"
+"""The shipped online config, relative to the package's share folder."""
+
+
+def default_config_path() -> Path:
+    """The online config installed with robot_rl (the CLI, the demo and the learner node start from it)."""
+    return package_share_dir() / DEFAULT_CONFIG

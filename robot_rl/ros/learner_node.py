@@ -21,7 +21,7 @@ from std_msgs.msg import Int64, String
 from robot_rl.core.config import load_config, save_config
 from robot_rl.learners.learner_process import OnlineLearner
 from robot_rl.learners.online import CONFIG_FILE
-from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.online_config import OnlineConfig, default_config_path
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED
@@ -55,8 +55,6 @@ class LearnerNode(Node):
     def __init__(self) -> None:
         super().__init__("learner")
         cfg = self.config = declare_config(self, LearnerNodeConfig)
-        from robot_rl.cli.online import default_config_path
-
         online = load_config(OnlineConfig, cfg.config or default_config_path())
         online.policy = cfg.policy_path or online.policy
         online.learner.demos = cfg.demos or online.learner.demos
