@@ -57,7 +57,7 @@ class ReachEnv(gym.Env):
         self.t += 1
         dist = float(np.linalg.norm(self.pos - self.target))
         done = dist < 0.05
-        return self._obs(), -dist, done, False, {"success": done}
+        return self._obs(), -dist, done, False, {"is_success": done}
 
 
 class ReachExpert:

@@ -99,15 +99,18 @@ class ListSender:
 def test_run_episode_labels_segments_and_streams_during_the_episode(env: gym.Env) -> None:
     from robot_rl.core.transition import SegmentSource
     from robot_rl.learners.credit import assign_credit
-    from robot_rl.learners.rollout import run_episode
+    from robot_rl.learners.transport import BatchingSender
+    from robot_rl.runtime.episode import EpisodeHooks, run_episode
 
     expert = expert_for(env)
     steps = iter(range(1000))
     policy = lambda o: expert.act(o) if next(steps) < 10 else UP  # noqa: E731
     human = SimulatedHuman(expert_for(env), SimulatedHumanConfig(reaction_delay=2, smoothing=1.0, seed=3))
     sender = ListSender()
-    result = run_episode(env, policy, episode_id=7, human=human, sender=sender, send_every=5, seed=0,
-                         policy_version=lambda: 4)
+    stream = BatchingSender(sender, every=5)
+    result = run_episode(env, policy, episode_id=7, human=human, seed=0, keep=True,
+                         hooks=EpisodeHooks(on_transition=stream.add, policy_version=lambda: 4))
+    stream.flush()
     ts = result.transitions
     assert result.success and result.takeovers == 1 and result.intervention_steps > 0
     assert [len(b) for b in sender.batches[:-1]] == [5] * (len(sender.batches) - 1)  # streamed, not per episode

@@ -18,15 +18,18 @@ import pytest
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config, save_config
 from robot_rl.core.transition import Transition
-from robot_rl.learners.actor_process import ReconnectingSender
 from robot_rl.learners.buffers import ReplayBuffer
-from robot_rl.learners.learner_process import load_or_create_key, socket_address
 from robot_rl.learners.online import CONFIG_FILE, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.rollout import run_episode
 from robot_rl.learners.simulated_human import SimulatedHuman, SimulatedHumanConfig
 from robot_rl.learners.task_risk import pick_lift_grasp_risk, task_risk
-from robot_rl.learners.transport import SocketTransitionServer
+from robot_rl.learners.transport import (
+    ReconnectingSender,
+    SocketTransitionServer,
+    load_or_create_key,
+    socket_address,
+)
+from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts.arm import expert_for
 
 

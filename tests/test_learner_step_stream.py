@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from robot_rl.core.transition import SegmentSource
-from robot_rl.learners.step_stream import StepStream
+from robot_rl.runtime.step_stream import StepStream
 from robot_rl.sim.arm_actions import CartesianDeltaIntegrator, cartesian_delta_relabel
 
 

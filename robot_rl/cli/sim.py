@@ -2,7 +2,8 @@
 
 ``robot-rl sim list`` prints the registered ids; ``robot-rl sim rollout --env robot_rl/ArmPickLift-v0
 --episodes 5`` runs the env's scripted expert / reference controller and prints the success rate,
-mean return and steps per second (add ``--stand-in`` for the hidden real-world stand-in dynamics).
+mean return and steps per second (add ``--stand-in`` for the hidden real-world stand-in dynamics). Episodes
+run through the runtime's episode loop, so success means what it means in evaluation and recording.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the action; returns the exit code (1 when an episode fails)."""
-    from typing import Any
-
     import gymnasium as gym
     import yaml
 
     import robot_rl.sim
+    from robot_rl.runtime.episode import run_episode
     from robot_rl.sim.experts import expert_for
 
     if args.sim_command in (None, "list"):
@@ -60,19 +60,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     wins, returns, steps, t0 = 0, [], 0, time.perf_counter()
     for episode in range(args.episodes):
-        obs, _ = env.reset(seed=args.seed + episode)
-        expert.reset()
-        total, done, terminated = 0.0, False, False
-        info: dict[str, Any] = {}
-        while not done:
-            obs, reward, terminated, truncated, info = env.step(expert.act(obs))
-            total += float(reward)
-            steps += 1
-            done = terminated or truncated
-        wins += bool(info.get("is_success"))
-        returns.append(total)
-        reason = info.get("truncation_reason", "terminated" if terminated else "")
-        print(f"episode {episode}: success={bool(info.get('is_success'))} return={total:.2f} end={reason}")
+        result = run_episode(env, expert, episode, seed=args.seed + episode)
+        wins += bool(result.success)
+        returns.append(result.episode_return)
+        steps += result.length
+        end = "terminated" if result.terminated else result.truncation_reason
+        print(f"episode {episode}: success={bool(result.success)} return={result.episode_return:.2f} end={end}")
     elapsed = time.perf_counter() - t0
     print(f"{args.env}: success {wins}/{args.episodes} ({100 * wins / args.episodes:.0f} %), "
           f"mean return {sum(returns) / len(returns):.2f}, {steps / elapsed:.0f} env steps/s")

@@ -1,8 +1,9 @@
 """Record episodes from any gymnasium env driven by an expert (scripted or a human at the keyboard).
 
-The recorder needs no ROS: it steps the env, turns each step into a :class:`Transition` and appends it
-to an :class:`EpisodeStore`. Observations may be a dict of arrays (kept as fields; float64 is stored
-as float32, scalars as shape (1,)) or a single array (stored as field ``state``). An episode that
+The recorder needs no ROS: it drives the runtime's episode loop (:func:`robot_rl.runtime.episode.run_episode`,
+whose success definition it shares) and appends each labelled step to an :class:`EpisodeStore`.
+Observations may be a dict of arrays (kept as fields; float64 is stored as float32, scalars as shape
+(1,)) or a single array (stored as field ``state``). An episode that
 raises mid-way (NaN from the sim, a bad action shape, an operator abort) is discarded from disk, the
 episodes before it stay, and the error names the episode and field. The expert may be a callable
 ``obs -> action`` or an object with ``act(obs)``; experts with ``reset()`` are reset per episode, and
@@ -14,17 +15,16 @@ and says whether it succeeded) and ``stop_requested`` (end the session).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from tqdm import tqdm
 
 from robot_rl.core.spaces import SpecError
-from robot_rl.core.transition import SegmentSource, Transition
+from robot_rl.core.transition import SegmentSource
 from robot_rl.data.store import EpisodeStore
+from robot_rl.runtime.episode import EpisodeHooks, run_episode
 
 
 @dataclass
@@ -36,7 +36,8 @@ class RecordReport:
     lengths: list[int] = field(default_factory=list)
     """Steps of every committed episode."""
     successes: list[bool | None] = field(default_factory=list)
-    """info['success'] (or 'is_success') at the end of each episode; None when the env does not say."""
+    """The runtime's success of each episode (the operator's verdict, else ``is_success`` at any step);
+    None when neither says."""
     rerecorded: int = 0
     """Takes thrown away because the expert asked to re-record."""
     seconds: float = 0.0
@@ -47,24 +48,6 @@ class RecordReport:
         """Fraction of known outcomes that succeeded."""
         known = [s for s in self.successes if s is not None]
         return sum(known) / len(known) if known else None
-
-
-def to_observation(obs: Any) -> dict[str, np.ndarray]:
-    """A gymnasium observation as a dict of arrays (float64 -> float32, scalars -> shape (1,))."""
-    items = obs.items() if isinstance(obs, Mapping) else [("state", obs)]
-    out = {}
-    for key, value in items:
-        arr = np.asarray(value)
-        if arr.dtype == np.float64:
-            arr = arr.astype(np.float32)
-        out[str(key)] = arr.reshape(1) if arr.ndim == 0 else arr
-    return out
-
-
-def expert_action(expert: Any, obs: Any) -> np.ndarray:
-    """Call ``expert.act(obs)`` or ``expert(obs)`` and return a float32 vector."""
-    act: Callable[[Any], Any] = expert.act if hasattr(expert, "act") else expert
-    return np.asarray(act(obs), dtype=np.float32).reshape(-1)
 
 
 def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_steps: int | None = None,
@@ -102,44 +85,28 @@ def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_st
 def _record_one(env: gym.Env, expert: Any, store: EpisodeStore, seed: int, max_steps: int | None,
                 task: str | None, fps: float) -> tuple[int, bool | None, bool]:
     """One take; returns (steps, success, discarded-for-rerecord)."""
-    raw_obs, info = env.reset(seed=seed)
-    if hasattr(expert, "reset"):
-        expert.reset()
     human = bool(getattr(expert, "is_human", False))
-    source = SegmentSource.HUMAN if human else SegmentSource.SCRIPTED
     writer = store.begin_episode(task=task)
-    step = 0
+    added = [0]
+
+    def add(t: Any) -> None:
+        writer.add(t)
+        added[0] += 1
+
+    hooks = EpisodeHooks(on_transition=add, abort=lambda: bool(getattr(expert, "wants_rerecord", False)),
+                         done=lambda: bool(getattr(expert, "episode_done", False)))
     try:
-        obs = to_observation(raw_obs)
-        while True:
-            action = expert_action(expert, raw_obs)
-            if getattr(expert, "wants_rerecord", False):
-                writer.discard()
-                return step, None, True
-            ended = bool(getattr(expert, "episode_done", False))
-            raw_next, reward, terminated, truncated, info = env.step(action)
-            nxt = to_observation(raw_next)
-            cut = (max_steps is not None and step + 1 >= max_steps) or ended
-            writer.add(Transition(
-                observation=obs, next_observation=nxt, action=action, reward=float(reward),
-                terminated=bool(terminated), truncated=bool(truncated) or (cut and not terminated),
-                episode_id=writer.episode_id, step=step, is_intervention=human, segment_source=source,
-                obs_stamp=step / fps, next_obs_stamp=(step + 1) / fps,
-            ))
-            step += 1
-            if terminated or truncated or cut:
-                break
-            obs, raw_obs = nxt, raw_next
-        success = getattr(expert, "outcome", None)
-        if success is None:
-            success = info.get("success", info.get("is_success"))
-        success = None if success is None else bool(success)
-        writer.commit(success=success)
-        return step, success, False
+        result = run_episode(env, expert, writer.episode_id, seed=seed, hooks=hooks, max_steps=max_steps,
+                             source=SegmentSource.HUMAN if human else SegmentSource.SCRIPTED, dt=1.0 / fps)
     except SpecError as exc:
         writer.discard()
-        where = "" if str(exc).startswith("episode") else f"episode {writer.index}, step {step}, field "
+        where = "" if str(exc).startswith("episode") else f"episode {writer.index}, step {added[0]}, field "
         raise SpecError(f"{where}{exc} (the partial episode was discarded)") from exc
     except BaseException:
         writer.discard()
         raise
+    if result.aborted:
+        writer.discard()
+        return result.length, None, True
+    writer.commit(success=result.success)
+    return result.length, result.success, False

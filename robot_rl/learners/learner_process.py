@@ -21,12 +21,9 @@ A learner killed at any moment restarts from the last checkpoint with both buffe
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import secrets
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,52 +35,16 @@ from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.hg_dagger import HGDAggerLearner
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.transport import SocketTransitionServer, WeightsPublisher
+from robot_rl.learners.transport import (
+    SocketTransitionServer,
+    WeightsPublisher,
+    announce,
+    load_or_create_key,
+    socket_address,
+)
 from robot_rl.policies.base import Policy
 from robot_rl.training.checkpoint import load_training_state, save_training_state
 from robot_rl.training.dataset import ChunkDataset
-
-MAX_SOCKET_PATH = 100
-"""AF_UNIX paths longer than ~107 bytes are refused by the OS; longer run folders use a /tmp name."""
-
-
-def socket_address(run: Path) -> str:
-    """A fixed socket path per run folder, so a restarted learner is found at the same address."""
-    path = str(run.resolve() / "learner.sock")
-    if len(path) <= MAX_SOCKET_PATH:
-        return path
-    digest = hashlib.sha1(str(run.resolve()).encode()).hexdigest()[:16]
-    return str(Path(tempfile.gettempdir()) / f"robot_rl_learner_{digest}.sock")
-
-
-def load_or_create_key(run: Path) -> bytes:
-    """The run's HMAC key (created once, readable by the owner only)."""
-    file = run / "learner.key"
-    if file.is_file():
-        return bytes.fromhex(file.read_text(encoding="ascii").strip())
-    key = secrets.token_bytes(32)
-    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(key.hex())
-    return key
-
-
-def read_connection(run: Path, timeout: float = 60.0) -> tuple[str, bytes]:
-    """(address, key) of the learner of ``run``, waiting up to ``timeout`` s for it to come up."""
-    deadline = time.monotonic() + timeout
-    info = run / "learner.json"
-    while not info.is_file():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{run}: no learner came up within {timeout:.0f} s ({info} missing)")
-        time.sleep(0.05)
-    address = json.loads(info.read_text(encoding="utf-8"))["address"]
-    return address, bytes.fromhex((run / "learner.key").read_text(encoding="ascii").strip())
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class OnlineLearner:
@@ -102,7 +63,7 @@ class OnlineLearner:
         if lc.demos:
             pc = policy.config
             demos = ChunkDataset.from_store(lc.demos, pc.state_keys, pc.image_keys, pc.n_obs_steps, pc.horizon)
-        self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos)
+        self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos, device=lc.device)
         self.steps = ReplayBuffer(lc.capacity)
         self.updates = 0
         self.resumed_from: dict[str, int] | None = None
@@ -181,8 +142,7 @@ class OnlineLearner:
                 signal.signal(sig, self.stop)
         if self.publisher.version == 0 or self.resumed_from is not None:
             self.publish()  # actors start from (or return to) the learner's weights
-        _write_json(self.run_dir / "learner.json", {"address": address, "pid": os.getpid(),
-                                                    "resumed_from": self.resumed_from})
+        announce(self.run_dir, address, {"pid": os.getpid(), "resumed_from": self.resumed_from})
         start = time.monotonic()
         try:
             while not self._stop and not (self.run_dir / "STOP").exists():

@@ -1,24 +1,33 @@
 """Actor <-> learner transport on one machine: transitions stream in, versioned weights go out.
 
-Kept behind two small interfaces (:class:`TransitionSender` / :class:`TransitionReceiver`) so that a
-later fleet transport can replace it. This implementation avoids what HIL-SERL users hit (research/
-lerobot_serl.md §5): any number of actors connect to one learner socket (not one actor only), payloads
-are safetensors bytes over ``multiprocessing.connection`` with an HMAC handshake (never pickle), a
-disconnected actor is noticed and dropped, and transitions are sent in small batches during the
-episode, not as whole episodes.
+Owned by neither side: the learner serves, actors (simulated actors and the ROS policy node alike) connect,
+and both find each other through the run folder. Kept behind two small interfaces
+(:class:`TransitionSender` / :class:`TransitionReceiver`) so that a fleet transport across machines can
+replace it. Any number of actors connect to one learner socket; payloads are safetensors bytes over
+``multiprocessing.connection`` with an HMAC handshake (never pickle); a disconnected actor is noticed and
+dropped; transitions go out in small batches during the episode (:class:`BatchingSender`), and an actor
+whose learner is away keeps its steps in a bounded queue until it is back (:class:`ReconnectingSender`).
+
+Run-folder rendezvous: ``learner.json`` (socket address, written atomically when the learner serves) and
+``learner.key`` (the HMAC key, mode 0600, kept across restarts so actors reconnect to a restarted learner).
 
 Weights go through a folder: :class:`WeightsPublisher` writes ``v<N>/`` into a temp folder and renames
-it into place (atomic), so a reader never sees half a checkpoint; that is the layout the ROS policy
-node hot-swaps from (``model.safetensors`` + ``policy.json``). No torch import here.
+it into place (atomic), so a reader never sees half a checkpoint; :class:`WeightsWatcher` finds the newest.
+No torch import here.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import secrets
 import shutil
+import tempfile
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Client, Connection, Listener, wait
 from pathlib import Path
@@ -127,6 +136,53 @@ class SocketTransitionServer:
             self._conns.clear()
 
 
+# ---------------------------------------------------------------------------- rendezvous
+MAX_SOCKET_PATH = 100
+"""AF_UNIX paths longer than ~107 bytes are refused by the OS; longer run folders use a /tmp name."""
+RECONNECT_EVERY_S = 0.5
+"""How often an actor whose learner is away tries again."""
+
+
+def socket_address(run: Path) -> str:
+    """A fixed socket path per run folder, so a restarted learner is found at the same address."""
+    path = str(run.resolve() / "learner.sock")
+    if len(path) <= MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha1(str(run.resolve()).encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"robot_rl_learner_{digest}.sock")
+
+
+def load_or_create_key(run: Path) -> bytes:
+    """The run's HMAC key (created once, readable by the owner only)."""
+    file = run / "learner.key"
+    if file.is_file():
+        return bytes.fromhex(file.read_text(encoding="ascii").strip())
+    key = secrets.token_bytes(32)
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(key.hex())
+    return key
+
+
+def announce(run: Path, address: str, extra: dict[str, Any] | None = None) -> None:
+    """Write ``learner.json`` (the address actors connect to) atomically."""
+    tmp = run / "learner.json.tmp"
+    tmp.write_text(json.dumps({"address": address, **(extra or {})}), encoding="utf-8")
+    os.replace(tmp, run / "learner.json")
+
+
+def read_connection(run: Path, timeout: float = 60.0) -> tuple[str, bytes]:
+    """(address, key) of the learner of ``run``, waiting up to ``timeout`` s for it to come up."""
+    deadline = time.monotonic() + timeout
+    info = run / "learner.json"
+    while not info.is_file():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{run}: no learner came up within {timeout:.0f} s ({info} missing)")
+        time.sleep(0.05)
+    address = json.loads(info.read_text(encoding="utf-8"))["address"]
+    return address, bytes.fromhex((run / "learner.key").read_text(encoding="ascii").strip())
+
+
 class SocketTransitionClient:
     """Actor end of :class:`SocketTransitionServer`."""
 
@@ -141,6 +197,90 @@ class SocketTransitionClient:
     def close(self) -> None:
         """Disconnect (the learner notices and drops this actor)."""
         self._conn.close()
+
+
+class ReconnectingSender:
+    """A TransitionSender to the learner of a run folder that survives learner restarts.
+
+    Steps wait in a bounded queue while the learner is away (the oldest are dropped beyond ``limit`` and
+    counted) and go out, in order, once it is reachable again.
+    """
+
+    def __init__(self, run: str | Path, limit: int) -> None:
+        self.run, self.limit = Path(run), limit
+        self.queue: deque[Transition] = deque()
+        self.dropped = 0
+        """Steps dropped because the queue was full while the learner was away."""
+        self.reconnects = 0
+        self._client: SocketTransitionClient | None = None
+        self._next_try = 0.0
+
+    def _connect(self) -> bool:
+        if self._client is not None:
+            return True
+        if time.monotonic() < self._next_try:
+            return False
+        self._next_try = time.monotonic() + RECONNECT_EVERY_S
+        try:
+            address, key = read_connection(self.run, timeout=0.0)
+            self._client = SocketTransitionClient(address, key)
+        except (OSError, EOFError, TimeoutError, ValueError, KeyError):
+            return False
+        self.reconnects += 1
+        return True
+
+    def send(self, transitions: Sequence[Transition]) -> None:
+        """Queue, then send everything queued if the learner is reachable."""
+        self.queue.extend(transitions)
+        while len(self.queue) > self.limit:
+            self.queue.popleft()
+            self.dropped += 1
+        if not self.queue or not self._connect():
+            return
+        batch = list(self.queue)
+        try:
+            assert self._client is not None
+            self._client.send(batch)
+        except (OSError, EOFError):
+            self._client = None  # learner gone; keep the batch for later
+            return
+        self.queue.clear()
+
+    def flush(self, timeout: float) -> bool:
+        """Try to deliver what is queued for up to ``timeout`` seconds; True when nothing is left."""
+        deadline = time.monotonic() + timeout
+        while self.queue and time.monotonic() < deadline:
+            self.send([])
+            time.sleep(0.05)
+        return not self.queue
+
+    def close(self) -> None:
+        """Disconnect."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class BatchingSender:
+    """Collects single steps and hands them to a sender every ``every`` steps (and on :meth:`flush`)."""
+
+    def __init__(self, sender: TransitionSender, every: int) -> None:
+        if every < 1:
+            raise ValueError(f"every: must be >= 1, got {every}")
+        self.sender, self.every = sender, every
+        self.pending: list[Transition] = []
+
+    def add(self, transition: Transition) -> None:
+        """One step; sends when ``every`` have gathered."""
+        self.pending.append(transition)
+        if len(self.pending) >= self.every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what has gathered (episode end)."""
+        if self.pending:
+            self.sender.send(self.pending)
+            self.pending = []
 
 
 # ---------------------------------------------------------------------------- weights

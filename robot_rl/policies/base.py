@@ -1,9 +1,13 @@
-"""The one policy interface: reset, select_action / predict_chunk, compute_loss, save / load, hot-swap.
+"""The one policy interface: predict_chunk, compute_loss, save / load, checked weight staging.
 
 Shapes (as in diffusion_policy's base policy): observations ``(B, To, ...)`` with ``To = n_obs_steps``
 -> action chunks ``(B, H, A)`` with ``H = horizon``. Subclasses only say how an action chunk is generated
-(``_loss`` on normalised chunks and ``_sample`` from noise); normalisation, observation history, chunk
-execution, checkpoints and weight hot-swap live here once.
+(``_loss`` on normalised chunks and ``_sample`` from noise); normalisation, checkpoints and checked weight
+staging live here once. Running a policy step by step (observation history, chunk execution, swapping
+in a learner's new weights between chunks) is :class:`robot_rl.runtime.PolicyRunner`'s job.
+
+Device: the policy computes wherever its parameters are (``policy.to(device)``); ``predict_chunk`` takes
+and returns numpy on the CPU whatever the device.
 
 Checkpoints are a folder with ``model.safetensors`` (weights + normaliser statistics) and ``policy.json``
 (policy type, config, data spec, weights version). Loading checks the type, the config and every tensor
@@ -15,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +31,7 @@ from torch import nn
 
 from robot_rl.core.config import ConfigError, config_to_dict, load_config
 from robot_rl.core.spaces import SpecError
-from robot_rl.policies.chunking import ChunkExecutor, ExecutorConfig
+from robot_rl.policies.chunking import ExecutorConfig
 from robot_rl.policies.encoders import ObsEncoder
 from robot_rl.policies.normalizer import Normalizer
 from robot_rl.policies.unet1d import ConditionalUnet1D
@@ -146,8 +149,6 @@ class Policy(nn.Module):
         self.net = ConditionalUnet1D(spec.action_dim, self.cond_dim(), self.n_times, tuple(config.unet_channels),
                                      config.kernel_size, time_max_freq=self.time_embedding_freq())
         self.version = 0
-        self._history: deque[dict[str, np.ndarray]] = deque(maxlen=config.n_obs_steps)
-        self.executor = ChunkExecutor(config.executor, spec.action_dim)
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
         self._swap_lock = threading.Lock()
         self.task: str = ""
@@ -199,14 +200,17 @@ class Policy(nn.Module):
                       generator: torch.Generator | None = None, task: str | list[str] | None = None) -> np.ndarray:
         """Raw action chunk(s): histories {key: (To, ...)} -> (H, A); batched {key: (B, To, ...)} -> (B, H, A)."""
         batch, single = self._check_obs(obs)
+        device = self.device
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         was_training = self.training
         self.eval()
         try:
             b = next(iter(batch.values())).shape[0]
             tasks = [task] * b if isinstance(task, str) else (task if task is not None else [self.task] * b)
             cond = self.condition(batch, list(tasks))
-            noise = torch.randn((b, self.config.horizon, self.spec.action_dim), generator=generator)
-            chunk = self.normalizer.unnormalize("action", self._sample(noise, cond, num_steps)).numpy()
+            # noise is drawn on the CPU (a seeded CPU generator gives the same chunk on every device)
+            noise = torch.randn((b, self.config.horizon, self.spec.action_dim), generator=generator).to(device)
+            chunk = self.normalizer.unnormalize("action", self._sample(noise, cond, num_steps)).float().cpu().numpy()
         finally:
             self.train(was_training)
         return chunk[0] if single else chunk
@@ -214,29 +218,11 @@ class Policy(nn.Module):
     def set_executor(self, executor: ExecutorConfig) -> None:
         """Change how chunks are executed (steps per chunk, blending); weights are untouched."""
         self.config = replace_config(self.config, executor=executor)
-        self.executor = ChunkExecutor(executor, self.spec.action_dim)
 
-    def reset(self) -> None:
-        """Start a new episode: clear the observation history and the executor; apply staged weights."""
-        self._history.clear()
-        self.executor.reset()
-        self._apply_pending()
-
-    def select_action(self, obs: Mapping[str, Any], generator: torch.Generator | None = None) -> np.ndarray:
-        """One action (A,) for the current single-step observation; predicts a new chunk when one is due."""
-        step = {k: np.asarray(obs[k]) if k in obs else None for k in (*self.state_keys, *self.image_keys)}
-        missing = [k for k, v in step.items() if v is None]
-        if missing:
-            raise SpecError(f"observation: missing key(s) {missing}")
-        if not self._history:
-            self._history.extend([step] * self.config.n_obs_steps)  # type: ignore[list-item]
-        else:
-            self._history.append(step)  # type: ignore[arg-type]
-        if self.executor.needs_chunk():
-            self._apply_pending()
-            stacked = {k: np.stack([h[k] for h in self._history]) for k in step}
-            self.executor.add_chunk(self.predict_chunk(stacked, generator=generator))
-        return self.executor.next_action()
+    @property
+    def device(self) -> torch.device:
+        """Where the parameters live (and where the policy computes)."""
+        return next(self.parameters()).device
 
     def _check_obs(self, obs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], bool]:
         out: dict[str, torch.Tensor] = {}
@@ -279,7 +265,7 @@ class Policy(nn.Module):
         """Write ``model.safetensors`` and ``policy.json`` into folder ``path`` (created)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().contiguous().clone() for k, v in self.state_dict().items()}
+        tensors = {k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()}
         save_file(tensors, str(path / WEIGHTS_FILE), metadata={"type": self.name, "version": str(self.version)})
         (path / META_FILE).write_text(json.dumps(self.metadata(), indent=2), encoding="utf-8")
         return path
@@ -299,7 +285,7 @@ class Policy(nn.Module):
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{path}: malformed 'spec' in {META_FILE} ({exc})") from exc
         policy = klass(config, spec)
-        policy.load_state_dict(policy._checked_tensors(path), strict=True)
+        policy.load_state_dict(policy._checked_tensors(path), strict=True)  # CPU; .to(device) afterwards
         policy.version = int(meta.get("version", 0))
         policy.task = str(meta.get("task", ""))  # the instruction it was trained with (language policies)
         return policy
@@ -308,7 +294,8 @@ class Policy(nn.Module):
         """Hot swap: stage the weights of a checkpoint of the SAME policy; they take effect between chunks.
 
         Everything is checked now (type, config, spec, names, shapes, finiteness), so a bad checkpoint
-        raises here and the running weights stay. Returns the staged version (default: the file's + 0, or
+        raises here and the running weights stay; :meth:`apply_staged_weights` (called by the policy runner
+        between chunks) makes them act. Returns the staged version (default: the file's + 0, or
         the current version + 1 if that is not newer).
         """
         meta = read_metadata(path)
@@ -324,10 +311,11 @@ class Policy(nn.Module):
         with self._swap_lock:
             self._pending = (tensors, new_version)
         if immediately:
-            self._apply_pending()
+            self.apply_staged_weights()
         return new_version
 
-    def _apply_pending(self) -> None:
+    def apply_staged_weights(self) -> None:
+        """Make the weights staged by :meth:`load_weights` act (no-op when nothing is staged)."""
         with self._swap_lock:
             pending, self._pending = self._pending, None
         if pending is not None:

@@ -1,19 +1,24 @@
-"""Roll a policy out in a Gymnasium env for N seeded episodes; success rate with a Wilson interval and a plot."""
+"""Roll a policy out in a Gymnasium env for N seeded episodes; success rate with a Wilson interval and a plot.
+
+A thin driver of the runtime: each episode is :func:`robot_rl.runtime.episode.run_episode` with the policy
+in a :class:`robot_rl.runtime.policy_runner.PolicyRunner` (so success means what it means everywhere:
+``is_success`` at any step), seeded per episode (env and sampling noise).
+"""
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
+from scipy.stats import binomtest
 
-from robot_rl.data.recorder import to_observation
 from robot_rl.policies.base import Policy
+from robot_rl.runtime.episode import act, reset_agent, run_episode
+from robot_rl.runtime.policy_runner import PolicyRunner
 
 
 @dataclass
@@ -25,7 +30,7 @@ class EvalReport:
     seeds: list[int] = field(default_factory=list)
     """Reset seed of each episode."""
     successes: list[bool] = field(default_factory=list)
-    """Whether each episode succeeded (``info["is_success"]`` at any step)."""
+    """Whether each episode succeeded (``info["is_success"]`` at any step, the runtime's definition)."""
     returns: list[float] = field(default_factory=list)
     """Sum of rewards of each episode."""
     lengths: list[int] = field(default_factory=list)
@@ -33,7 +38,7 @@ class EvalReport:
     seconds: float = 0.0
     """Wall time."""
     policy_ms_per_step: float = 0.0
-    """Mean time in ``select_action`` per step [ms]."""
+    """Mean time the policy runner took per step (history, chunk prediction, execution) [ms]."""
 
     @property
     def success_rate(self) -> float:
@@ -58,13 +63,13 @@ class EvalReport:
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials."""
+    """Wilson score interval for k successes in n trials (scipy's, at the confidence level of ``z``)."""
     if n == 0:
         return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    from scipy.stats import norm
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=float(2 * norm.cdf(z) - 1), method="wilson")
+    return max(0.0, float(ci.low)), min(1.0, float(ci.high))
 
 
 def env_options_for(policy: Policy) -> dict[str, Any]:
@@ -87,40 +92,46 @@ def env_options_for(policy: Policy) -> dict[str, Any]:
     return {"cameras": tuple(cams), "image_size": sizes.pop()}
 
 
-def evaluate(policy: Policy, env: Any, env_id: str, episodes: int, seed: int = 0, max_steps: int | None = None,
-             progress: bool = False) -> EvalReport:
-    """Run ``episodes`` episodes with reset seeds ``seed, seed + 1, ...``; torch is seeded per episode too."""
+def evaluate(policy: Policy | Any, env: Any, env_id: str, episodes: int, seed: int = 0,
+             max_steps: int | None = None, progress: bool = False) -> EvalReport:
+    """Run ``episodes`` episodes with reset seeds ``seed, seed + 1, ...``; the sampling noise is seeded too.
+
+    ``policy`` is a :class:`Policy` (run by a :class:`PolicyRunner`) or any agent with ``act(obs)`` (a
+    scripted expert, a runner the caller configured).
+    """
     from tqdm import tqdm
 
     if episodes < 1:
         raise ValueError(f"episodes: must be >= 1, got {episodes}")
     report = EvalReport(env_id=env_id)
+    timed = _Timed(PolicyRunner(policy) if isinstance(policy, Policy) else policy)
     t0 = time.perf_counter()
-    policy_time, policy_steps = 0.0, 0
     for i in tqdm(range(episodes), desc="eval", disable=not progress):
-        ep_seed = seed + i
-        obs, info = env.reset(seed=ep_seed)
-        policy.reset()
-        gen = torch.Generator().manual_seed(ep_seed)
-        success, ret, steps = False, 0.0, 0
-        while True:
-            t1 = time.perf_counter()
-            action = policy.select_action(to_observation(obs), generator=gen)
-            policy_time += time.perf_counter() - t1
-            policy_steps += 1
-            obs, reward, terminated, truncated, info = env.step(action)
-            ret += float(reward)
-            steps += 1
-            success = success or bool(info.get("is_success", False))
-            if terminated or truncated or (max_steps is not None and steps >= max_steps):
-                break
-        report.seeds.append(ep_seed)
-        report.successes.append(success)
-        report.returns.append(ret)
-        report.lengths.append(steps)
+        result = run_episode(env, timed, seed=seed + i, max_steps=max_steps)
+        report.seeds.append(seed + i)
+        report.successes.append(bool(result.success))
+        report.returns.append(result.episode_return)
+        report.lengths.append(result.length)
     report.seconds = time.perf_counter() - t0
-    report.policy_ms_per_step = 1000 * policy_time / max(1, policy_steps)
+    report.policy_ms_per_step = 1000 * timed.seconds / max(1, timed.calls)
     return report
+
+
+class _Timed:
+    """An agent that also measures the time spent in it."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent, self.seconds, self.calls = agent, 0.0, 0
+
+    def reset(self, seed: int | None = None) -> None:
+        reset_agent(self.agent, seed)
+
+    def act(self, obs: Any) -> np.ndarray:
+        t = time.perf_counter()
+        action = act(self.agent, obs)
+        self.seconds += time.perf_counter() - t
+        self.calls += 1
+        return action
 
 
 def save_report(report: EvalReport, out_dir: str | Path, title: str = "") -> tuple[Path, Path]:
