@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import mujoco
 import torch
@@ -45,3 +46,28 @@ def test_doctor_names_the_fix_when_something_is_missing() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "[FAIL] rosbags" in proc.stdout and "fix: pip install rosbags" in proc.stdout
+
+
+def test_online_roles_run_from_the_core_entry_point(tmp_path: Path) -> None:
+    """Child processes start with ``python -m robot_rl.learners.roles`` (no detour through robot_rl.cli);
+    ``robot-rl online learner|actor`` reaches the same functions and reports a missing run config alike."""
+    from robot_rl.learners.roles import command
+
+    cmd = command("actor", str(tmp_path), "--index", "3")
+    assert cmd[1:] == ["-m", "robot_rl.learners.roles", "actor", "--run", str(tmp_path), "--index", "3"]
+    for argv in ([*cmd[1:]], ["-m", "robot_rl.cli.main", "online", "learner", "--run", str(tmp_path)]):
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and "online.yaml" in proc.stdout + proc.stderr, proc.stderr
+
+
+def test_demo_settings_come_from_the_options() -> None:
+    import argparse
+
+    from robot_rl.cli import demo
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    args = parser.parse_args(["--out", "x", "--episodes", "3", "--set", "actor.seed=5", "--skip-to", "evaluation"])
+    settings = demo.DemoSettings.from_args(args)
+    assert settings.out == Path("x") and settings.episodes == 3 and settings.overrides == ["actor.seed=5"]
+    assert not settings.pixels and args.skip_to == "evaluation"

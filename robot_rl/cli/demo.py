@@ -14,7 +14,14 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from robot_rl.learners.online import OnlineResult
+    from robot_rl.training.evaluate import EvalReport
+    from robot_rl.training.runs import TrainRun
 
 HELP = "run the main robot_rl job end to end on embedded defaults"
 
@@ -37,199 +44,292 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 ENV_ID = "robot_rl/ArmPickLift-v0"
+TASK = "pick up the cube and lift it"
 PIXEL_CAMERA, PIXEL_SIZE = "front", (64, 64)
 """Camera and image size of the ``--pixels`` variant (small: rendering on CPU is slow)."""
-
-
-def _env_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"cameras": [PIXEL_CAMERA], "image_size": list(PIXEL_SIZE)} if args.pixels else {}
-
-
-def _stage_environment(args: argparse.Namespace) -> str:
-    from robot_rl.cli.doctor import collect
-
-    checks = collect(render=False)
-    failed = [c.name for c in checks if c.required and not c.ok]
-    if failed:
-        raise RuntimeError(f"installation incomplete: {failed}; run `robot-rl doctor` for fixes")
-    return f"{sum(c.ok for c in checks)}/{len(checks)} checks ok"
-
-
-def _cli(*argv: str) -> None:
-    from robot_rl.cli.main import main
-
-    code = main(list(argv))
-    if code:
-        raise RuntimeError(f"robot-rl {' '.join(argv)} exited with {code}")
-
-
-def _stage_demonstrations(args: argparse.Namespace) -> str:
-    import shutil
-    from pathlib import Path
-
-    store = Path(args.out) / "demos.zarr"
-    if store.exists():
-        shutil.rmtree(store)
-    cameras = ["--cameras", PIXEL_CAMERA, "--image-size", *map(str, PIXEL_SIZE)] if args.pixels else []
-    _cli("data", "record", "--env", ENV_ID, "--episodes", str(args.episodes), "--seed", str(args.seed),
-         "--task", "pick up the cube and lift it", "--out", str(store), *cameras)
-    from robot_rl.data.store import EpisodeStore
-
-    with EpisodeStore.open(store) as demos:
-        outcomes = [demos.episode_info(i).success for i in range(demos.num_episodes)]
-        frames = demos.num_frames
-    return f"{len(outcomes)} episodes, {frames} steps, expert success {sum(bool(o) for o in outcomes)}/{len(outcomes)}"
-
-
-def _stage_dataset(args: argparse.Namespace) -> str:
-    from pathlib import Path
-
-    out = Path(args.out)
-    _cli("data", "validate", str(out / "demos.zarr"))
-    _cli("data", "plot", str(out / "demos.zarr"), "--out", str(out / "plots"), "--episodes", "0,1")
-    _cli("data", "export", str(out / "demos.zarr"), "--out", str(out / "lerobot"), "--overwrite")
-    return f"valid; plots in {out / 'plots'}; LeRobot v3 export in {out / 'lerobot'}"
-
-
 EVAL_SEED = 100_000
 """Evaluation seeds start here: never used by the demonstrations (seed 0...) or the actors (5000...)."""
+PLOTTED_EPISODES = 2
+"""Episodes of the demonstrations plotted (state/action curves and contact sheets)."""
 
 
-def _stage_behaviour_cloning(args: argparse.Namespace) -> str:
-    from pathlib import Path
+@dataclass
+class DemoSettings:
+    """What ``robot-rl demo`` runs (its options as typed values)."""
 
-    from robot_rl.paths import package_share_dir
+    out: Path = Path("outputs/demo")
+    seed: int = 0
+    episodes: int = 20
+    bc_steps: int = 1500
+    eval_episodes: int = 30
+    online_episodes: int = 200
+    actors: int = 1
+    overrides: list[str] = field(default_factory=list)
+    pixels: bool = False
 
-    out = Path(args.out) / "bc"
-    if out.exists():
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DemoSettings:
+        """The settings of parsed ``robot-rl demo`` options."""
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        return cls(**{**values, "out": Path(values["out"]), "overrides": list(values["overrides"])})
+
+
+@dataclass
+class DemoResults:
+    """What the stages produced, for the summary (``None``: the stage did not run)."""
+
+    training: TrainRun | None = None
+    before: EvalReport | None = None
+    online: OnlineResult | None = None
+    after: EvalReport | None = None
+
+
+class Demo:
+    """The stages of the main job on one output folder; each calls the core and returns one line of result."""
+
+    def __init__(self, settings: DemoSettings) -> None:
+        self.settings = settings
+        self.out = settings.out
+        self.results = DemoResults()
+
+    @property
+    def demos(self) -> Path:
+        """The episode store of the demonstrations."""
+        return self.out / "demos.zarr"
+
+    def env_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``gymnasium.make`` for every env of the demo (the camera with ``--pixels``)."""
+        return {"cameras": [PIXEL_CAMERA], "image_size": list(PIXEL_SIZE)} if self.settings.pixels else {}
+
+    def environment(self) -> str:
+        """The installation check of ``robot-rl doctor`` (without rendering)."""
+        from robot_rl.cli.doctor import collect
+
+        checks = collect(render=False)
+        failed = [c.name for c in checks if c.required and not c.ok]
+        if failed:
+            raise RuntimeError(f"installation incomplete: {failed}; run `robot-rl doctor` for fixes")
+        return f"{sum(c.ok for c in checks)}/{len(checks)} checks ok"
+
+    def demonstrations(self) -> str:
+        """Scripted-expert episodes recorded into a fresh store."""
         import shutil
 
-        shutil.rmtree(out)
-    config = package_share_dir() / "config" / "policies" / "flow_pick_lift.yaml"
-    _cli("train", str(config), "--dataset", str(Path(args.out) / "demos.zarr"), "--out", str(out),
-         "--set", f"steps={args.bc_steps}", "--set", f"seed={args.seed}",
-         *(["--set", f"policy.image_keys=[image_{PIXEL_CAMERA}]"] if args.pixels else []))
-    return f"flow policy, {args.bc_steps} steps on {args.episodes} demonstrations -> {out / 'policy'}"
+        import gymnasium as gym
+
+        import robot_rl.sim  # noqa: F401  (registers the env ids)
+        from robot_rl.data.env_info import dataset_info
+        from robot_rl.data.recorder import record
+        from robot_rl.data.store import EpisodeStore
+        from robot_rl.sim.experts import expert_for
+
+        s = self.settings
+        if self.demos.exists():
+            shutil.rmtree(self.demos)
+        env = gym.make(ENV_ID, **self.env_options())
+        try:
+            info = dataset_info(env, ENV_ID, task=TASK, source=f"gymnasium:{ENV_ID} expert:auto")
+            with EpisodeStore.create(self.demos, info) as store:
+                report = record(env, expert_for(env), store, s.episodes, seed=s.seed, task=TASK, progress=True)
+        finally:
+            env.close()
+        rate = report.success_rate
+        print(f"recorded {len(report.episodes)} episode(s), {sum(report.lengths)} steps in {report.seconds:.1f} s "
+              f"({sum(report.lengths) / max(report.seconds, 1e-9):.0f} steps/s) into {self.demos}; success rate "
+              f"{'n/a' if rate is None else f'{rate:.0%}'}; re-recorded {report.rerecorded}")
+        with EpisodeStore.open(self.demos) as demos:
+            outcomes = [demos.episode_info(i).success for i in range(demos.num_episodes)]
+            frames = demos.num_frames
+        succeeded = sum(bool(o) for o in outcomes)
+        return f"{len(outcomes)} episodes, {frames} steps, expert success {succeeded}/{len(outcomes)}"
+
+    def dataset(self) -> str:
+        """The store validated (every chunk read), plotted and exported to LeRobot v3."""
+        from tqdm import tqdm
+
+        from robot_rl.data.lerobot_export import export_lerobot
+        from robot_rl.data.plots import contact_sheet, plot_episode
+        from robot_rl.data.store import EpisodeStore
+        from robot_rl.data.validate import validate_store
+
+        report = validate_store(self.demos, progress=True)
+        for line in report.issues:
+            print(f"ISSUE   {line}")
+        for line in report.warnings:
+            print(f"WARNING {line}")
+        verdict = "OK" if report.ok else f"{len(report.issues)} issue(s)"
+        print(f"{verdict}: {report.episodes} episode(s), {report.frames} frame(s) checked in {self.demos}")
+        if not report.ok:
+            raise RuntimeError(f"{self.demos}: the recorded store is not valid")
+        plots, lerobot = self.out / "plots", self.out / "lerobot"
+        with EpisodeStore.open(self.demos) as store:
+            written = []
+            for i in tqdm(range(min(PLOTTED_EPISODES, store.num_episodes)), desc="plot", unit="episode"):
+                written.append(plot_episode(store, i, plots / f"episode_{i:04d}.png"))
+                sheet = contact_sheet(store, i, plots / f"episode_{i:04d}_frames.png")
+                if sheet is not None:
+                    written.append(sheet)
+            print(f"wrote {len(written)} PNG file(s) to {plots}")
+            export_lerobot(store, lerobot, overwrite=True, progress=True)
+            print(f"exported {store.num_episodes} episode(s) to {lerobot} (LeRobot v3.0)")
+        return f"valid; plots in {plots}; LeRobot v3 export in {lerobot}"
+
+    def behaviour_cloning(self) -> str:
+        """The shipped flow-matching config trained on the demonstrations into a fresh run folder."""
+        import shutil
+
+        from robot_rl.paths import package_share_dir
+        from robot_rl.training.runs import train_policy
+
+        s = self.settings
+        out = self.out / "bc"
+        if out.exists():
+            shutil.rmtree(out)
+        config = package_share_dir() / "config" / "policies" / "flow_pick_lift.yaml"
+        overrides = [f"steps={s.bc_steps}", f"seed={s.seed}",
+                     *([f"policy.image_keys=[image_{PIXEL_CAMERA}]"] if s.pixels else [])]
+        self.results.training = run = train_policy(config, out, dataset=self.demos, overrides=overrides)
+        print(run.summary())
+        return f"flow policy, {s.bc_steps} steps on {s.episodes} demonstrations -> {out / 'policy'}"
+
+    def evaluate(self, policy_dir: Path, name: str) -> EvalReport:
+        """The policy in ``policy_dir`` on the evaluation seeds; the report is saved under ``eval_<name>``."""
+        import gymnasium as gym
+        import torch
+
+        import robot_rl.sim  # noqa: F401
+        from robot_rl.policies.base import Policy
+        from robot_rl.training.evaluate import evaluate, save_report
+
+        torch.set_num_threads(1)
+        policy = Policy.load(str(policy_dir))
+        env = gym.make(ENV_ID, **self.env_options())
+        try:
+            report = evaluate(policy, env, ENV_ID, self.settings.eval_episodes, EVAL_SEED, progress=True)
+        finally:
+            env.close()
+        save_report(report, self.out / f"eval_{name}", title=f"{name}: {policy.name} policy v{policy.version}")
+        return report
+
+    def eval_before(self) -> str:
+        """The behaviour-cloned policy, without a human."""
+        self.results.before = report = self.evaluate(self.out / "bc" / "policy", "before")
+        return _eval_line(report)
+
+    def online(self) -> str:
+        """Online fine-tuning: learner and actor processes on a fresh run folder."""
+        import shutil
+
+        from robot_rl.core.config import load_config
+        from robot_rl.learners.online import run_online
+        from robot_rl.learners.online_config import OnlineConfig, default_config_path
+
+        s = self.settings
+        cfg = load_config(OnlineConfig, default_config_path(),
+                          [f"actor.episodes={s.online_episodes}", f"actors={s.actors}", *s.overrides])
+        cfg.policy = str(self.out / "bc" / "policy")
+        cfg.learner.demos = str(self.demos)
+        cfg.actor.env_options = self.env_options()
+        run = self.out / "online"
+        if run.exists():
+            shutil.rmtree(run)
+        self.results.online = result = run_online(cfg, run)
+        last = result.learner[-1] if result.learner else {}
+        return (f"{len(result.episodes)} episodes, {last.get('updates', 0)} updates, "
+                f"{last.get('human_steps', 0)} human steps, weights v{last.get('version', 0)}")
+
+    def eval_after(self) -> str:
+        """The last weights the learner published, on the same seeds."""
+        from robot_rl.learners.transport import list_versions
+
+        versions = list_versions(self.out / "online" / "weights")
+        if not versions:
+            raise RuntimeError("online fine-tuning published no weights")
+        self.results.after = report = self.evaluate(versions[-1][1], "after")
+        return _eval_line(report)
+
+    def load_skipped(self, skipped: list[str]) -> None:
+        """Results of stages skipped with ``--skip-to`` read back from ``--out`` where they were saved."""
+        if "evaluation" in skipped:
+            self.results.before = _load_report(self.out / "eval_before" / "eval.json")
+
+    def summary(self, rows: list[tuple[str, str, float]]) -> None:
+        """The table of stages, the online run in blocks, the learning curve and before -> after."""
+        from robot_rl.learners.online import plot_learning_curve
+
+        print(f"\n{'stage':<18} {'result':<72} time")
+        for name, result, dt in rows:
+            print(f"{name:<18} {result:<72} {dt:6.1f} s")
+        print(f"{'total':<18} {'':<72} {sum(r[2] for r in rows):6.1f} s")
+        before, after, online = self.results.before, self.results.after, self.results.online
+        if online is not None:
+            print("\nonline fine-tuning, in blocks of episodes:")
+            print(f"  {'episodes':<10} {'success':>8} {'takeovers/episode':>18} {'steps by the human':>19} "
+                  f"{'weights':>8}")
+            for b in online.blocks(5):
+                print(f"  {b['first'] + 1:>3}-{b['last'] + 1:<6} {b['success']:>8.0%} {b['takeovers']:>18.2f} "
+                      f"{b['intervention_rate']:>19.0%} {'v' + str(b['version']):>8}")
+            png = plot_learning_curve(online, self.out / "learning_curve.png",
+                                      None if before is None else before.success_rate,
+                                      None if after is None else after.success_rate)
+            print(f"  learning curve: {png}")
+        if before is not None and after is not None:
+            print(f"\nsuccess without a human on {len(after.successes)} unseen seeds: "
+                  f"{before.success_rate:.0%} before -> {after.success_rate:.0%} after online fine-tuning")
 
 
-def _evaluate(args: argparse.Namespace, policy_dir: object, name: str) -> str:
-    from pathlib import Path
-
-    import gymnasium as gym
-    import torch
-
-    import robot_rl.sim  # noqa: F401
-    from robot_rl.policies.base import Policy
-    from robot_rl.training.evaluate import evaluate, save_report
-
-    torch.set_num_threads(1)
-    policy = Policy.load(str(policy_dir))
-    env = gym.make(ENV_ID, **_env_options(args))
-    try:
-        report = evaluate(policy, env, ENV_ID, args.eval_episodes, EVAL_SEED, progress=True)
-    finally:
-        env.close()
-    save_report(report, Path(args.out) / f"eval_{name}", title=f"{name}: {policy.name} policy v{policy.version}")
-    args.results[name] = report
+def _eval_line(report: EvalReport) -> str:
     lo, hi = report.interval()
     k, n = sum(report.successes), len(report.successes)
     return f"success {k}/{n} = {report.success_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
 
 
-def _stage_eval_before(args: argparse.Namespace) -> str:
-    from pathlib import Path
+def _load_report(path: Path) -> EvalReport | None:
+    """An evaluation saved by ``save_report`` (``None`` if absent)."""
+    import json
 
-    return _evaluate(args, Path(args.out) / "bc" / "policy", "before")
+    from robot_rl.training.evaluate import EvalReport
 
-
-def _stage_online(args: argparse.Namespace) -> str:
-    from pathlib import Path
-
-    from robot_rl.cli.online import default_config_path
-    from robot_rl.core.config import load_config
-    from robot_rl.learners.online import run_online
-    from robot_rl.learners.online_config import OnlineConfig
-
-    out = Path(args.out)
-    cfg = load_config(OnlineConfig, default_config_path(),
-                      [f"actor.episodes={args.online_episodes}", f"actors={args.actors}", *args.overrides])
-    cfg.policy = str(out / "bc" / "policy")
-    cfg.learner.demos = str(out / "demos.zarr")
-    cfg.actor.env_options = _env_options(args)
-    run = out / "online"
-    if run.exists():
-        import shutil
-
-        shutil.rmtree(run)
-    result = run_online(cfg, run)
-    args.results["online"] = result
-    last = result.learner[-1] if result.learner else {}
-    return (f"{len(result.episodes)} episodes, {last.get('updates', 0)} updates, "
-            f"{last.get('human_steps', 0)} human steps, weights v{last.get('version', 0)}")
+    if not path.is_file():
+        return None
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    return EvalReport(**{f.name: saved[f.name] for f in fields(EvalReport) if f.name in saved})
 
 
-def _stage_eval_after(args: argparse.Namespace) -> str:
-    from pathlib import Path
-
-    from robot_rl.learners.transport import list_versions
-
-    versions = list_versions(Path(args.out) / "online" / "weights")
-    if not versions:
-        raise RuntimeError("online fine-tuning published no weights")
-    return _evaluate(args, versions[-1][1], "after")
-
-
-STAGES: list[tuple[str, Callable[[argparse.Namespace], str]]] = [
-    ("environment", _stage_environment),
-    ("demonstrations", _stage_demonstrations),
-    ("dataset", _stage_dataset),
-    ("behaviour cloning", _stage_behaviour_cloning),
-    ("evaluation", _stage_eval_before),
-    ("online learning", _stage_online),
-    ("evaluation 2", _stage_eval_after),
+STAGES: list[tuple[str, Callable[[Demo], str]]] = [
+    ("environment", Demo.environment),
+    ("demonstrations", Demo.demonstrations),
+    ("dataset", Demo.dataset),
+    ("behaviour cloning", Demo.behaviour_cloning),
+    ("evaluation", Demo.eval_before),
+    ("online learning", Demo.online),
+    ("evaluation 2", Demo.eval_after),
 ]
 
 
-def _summary(args: argparse.Namespace, rows: list[tuple[str, str, float]]) -> None:
-    from pathlib import Path
-
-    from robot_rl.learners.online import plot_learning_curve
-
-    print(f"\n{'stage':<18} {'result':<72} time")
-    for name, result, dt in rows:
-        print(f"{name:<18} {result:<72} {dt:6.1f} s")
-    print(f"{'total':<18} {'':<72} {sum(r[2] for r in rows):6.1f} s")
-    before, after, online = (args.results.get(k) for k in ("before", "after", "online"))
-    if online is not None:
-        print("\nonline fine-tuning, in blocks of episodes:")
-        print(f"  {'episodes':<10} {'success':>8} {'takeovers/episode':>18} {'steps by the human':>19} {'weights':>8}")
-        for b in online.blocks(5):
-            print(f"  {b['first'] + 1:>3}-{b['last'] + 1:<6} {b['success']:>8.0%} {b['takeovers']:>18.2f} "
-                  f"{b['intervention_rate']:>19.0%} {'v' + str(b['version']):>8}")
-        png = plot_learning_curve(online, Path(args.out) / "learning_curve.png",
-                                  None if before is None else before.success_rate,
-                                  None if after is None else after.success_rate)
-        print(f"  learning curve: {png}")
-    if before is not None and after is not None:
-        print(f"\nsuccess without a human on {len(after.successes)} unseen seeds: "
-              f"{before.success_rate:.0%} before -> {after.success_rate:.0%} after online fine-tuning")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the stages in order (from ``--skip-to``); stop at the first failure."""
-    args.results = {}
-    if args.pixels:
+def run_demo(settings: DemoSettings, skip_to: str | None = None) -> DemoResults:
+    """Run the stages in order (from ``skip_to``), print the table; stop at the first failure."""
+    if settings.pixels:
         import os
 
         os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; read when mujoco is first imported
+        os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+    demo = Demo(settings)
     names = [name for name, _ in STAGES]
-    first = names.index(args.skip_to) if args.skip_to else 0
+    first = names.index(skip_to) if skip_to else 0
+    demo.load_skipped(names[:first])
     rows = []
     for name, stage in STAGES[first:]:
         t0 = time.perf_counter()
         print(f"== {name}", flush=True)
-        result = stage(args)
+        result = stage(demo)
         rows.append((name, result, time.perf_counter() - t0))
         print(f"   {result}", flush=True)
-    _summary(args, rows)
+    demo.summary(rows)
+    return demo.results
+
+
+def run(args: argparse.Namespace) -> int:
+    """``robot-rl demo``."""
+    run_demo(DemoSettings.from_args(args), args.skip_to)
     return 0

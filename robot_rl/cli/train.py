@@ -11,7 +11,6 @@ policy (runs/<name>/policy: model.safetensors + policy.json) that ``robot-rl eva
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 HELP = "train a diffusion / flow / MeanFlow / VLA policy from a dataset (config file, resume, TensorBoard)"
 
@@ -28,44 +27,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the config, resolve the dataset, train, print where the policy went."""
-    from robot_rl.core.config import ConfigError, load_config
+    """Train (robot_rl.training.runs.train_policy), print where the policy went."""
+    from robot_rl.core.config import ConfigError
     from robot_rl.data.schema import DatasetError
     from robot_rl.policies.base import CheckpointError
-    from robot_rl.training.loop import TrainConfig, train
+    from robot_rl.training.runs import train_policy
 
-    overrides = list(args.overrides)
     try:
-        cfg = load_config(TrainConfig, args.config, overrides)
-        if args.dataset:
-            cfg.dataset = str(resolve_dataset(Path(args.dataset), Path(args.out)))
-        elif cfg.dataset:
-            cfg.dataset = str(resolve_dataset(Path(cfg.dataset), Path(args.out)))
-        result = train(cfg, args.out, resume=args.resume, progress=not args.no_progress,
-                       log=None if not args.no_progress else _print_log)
+        done = train_policy(args.config, args.out, dataset=args.dataset, overrides=args.overrides,
+                            resume=args.resume, progress=not args.no_progress,
+                            log=None if not args.no_progress else _print_log)
     except (ConfigError, DatasetError, CheckpointError, FileNotFoundError) as exc:
         print(f"robot-rl train: error: {exc}")
         return 2
-    last = f"{result.losses[-1]:.4f}" if result.losses else "n/a"
-    print(f"trained {cfg.policy_type} to step {result.steps} in {result.seconds:.0f} s (final loss {last}); "
-          f"policy: {result.policy_path}")
+    print(done.summary())
     return 0
 
 
 def _print_log(step: int, metrics: dict[str, float]) -> None:
     print(f"step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()), flush=True)
-
-
-def resolve_dataset(path: Path, out: Path) -> Path:
-    """An episode store as is; a LeRobot v3 folder (meta/info.json) is imported once into <out>/dataset.zarr."""
-    if (path / ".zgroup").is_file():
-        return path
-    if (path / "meta" / "info.json").is_file():
-        dest = out / "dataset.zarr"
-        if not (dest / ".zgroup").is_file():
-            from robot_rl.data.lerobot_import import import_lerobot
-
-            out.mkdir(parents=True, exist_ok=True)
-            import_lerobot(path, dest, progress=False).close()
-        return dest
-    raise FileNotFoundError(f"{path}: neither an episode store (.zgroup) nor a LeRobot v3 dataset (meta/info.json)")
