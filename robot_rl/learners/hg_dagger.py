@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from robot_rl.core.device import resolve_device, to_device
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.learners.buffers import ReplayBuffer
@@ -57,11 +58,17 @@ class HGDAggerConfig:
 
 
 class HGDAggerLearner:
-    """Aggregates human-gated segments and fine-tunes ``policy`` on them plus ``demos``."""
+    """Aggregates human-gated segments and fine-tunes ``policy`` on them plus ``demos``.
+
+    ``device`` ("auto", "cpu", "cuda" or a torch.device) moves the policy there before its optimizer is
+    built; None trains it where it already is. Batches are gathered on the CPU and moved per step.
+    """
 
     def __init__(self, policy: Policy, config: HGDAggerConfig | None = None,
-                 demos: ChunkDataset | None = None) -> None:
+                 demos: ChunkDataset | None = None, device: str | torch.device | None = None) -> None:
         self.policy, self.config, self.demos = policy, config or HGDAggerConfig(), demos
+        if device is not None:
+            policy.to(resolve_device(device) if isinstance(device, str) else device)
         self.keys = [*policy.state_keys, *policy.image_keys]
         self.interventions = ReplayBuffer(self.config.capacity)
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.config.lr,
@@ -71,6 +78,11 @@ class HGDAggerLearner:
         self._dataset: ChunkDataset | None = None
         if demos is not None and not bool(policy.normalizer.fitted):
             policy.set_stats(demos.stats())
+
+    @property
+    def device(self) -> torch.device:
+        """Where the policy trains (batches are moved there)."""
+        return next(self.policy.parameters()).device
 
     @property
     def num_intervention_steps(self) -> int:
@@ -139,7 +151,7 @@ class HGDAggerLearner:
         self.policy.train()
         losses = []
         for _ in range(steps or self.config.updates_per_round):
-            loss, _ = self.policy.compute_loss(self._batch())
+            loss, _ = self.policy.compute_loss(to_device(self._batch(), self.device))
             self.optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.grad_clip)

@@ -10,6 +10,7 @@ Checkpoints are safetensors + JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from robot_rl.core.config import config_to_dict, load_config
+from robot_rl.core.device import check_device_name, resolve_device
 from robot_rl.core.spaces import SpecError
 from robot_rl.policies.encoders import TinyCNN, random_shift
 
@@ -48,8 +50,11 @@ class RewardClassifierConfig:
     """Success probability above which :meth:`RewardClassifier.is_success` says yes."""
     seed: int = 0
     """Seed of initialisation and batch sampling."""
+    device: str = "auto"
+    """Where it trains and classifies: "auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
 
     def __post_init__(self) -> None:
+        check_device_name(self.device)
         if not self.image_keys:
             raise ValueError("image_keys: name at least one camera")
         if not 0.0 < self.threshold < 1.0:
@@ -72,7 +77,11 @@ class RewardClassifier(nn.Module):
         self.cnns = nn.ModuleDict({k: TinyCNN(self.image_shapes[k][2], config.feature_dim, config.width)
                                    for k in config.image_keys})
         self.head = nn.Linear(config.feature_dim * len(config.image_keys), 1)
-        self.generator = torch.Generator().manual_seed(config.seed)
+        self.device = resolve_device(config.device)
+        """Where the classifier lives (frames are moved there)."""
+        self.to(self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        """Random shifts are drawn on the classifier's device (a generator serves one device only)."""
 
     def _images(self, frames: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         out = {}
@@ -86,7 +95,7 @@ class RewardClassifier(nn.Module):
                 arr = arr[None]
             if arr.shape[1:] != shape:
                 raise SpecError(f"observation.{key}: expected (H, W, C) = {shape} or a batch of them, got {arr.shape}")
-            out[key] = torch.from_numpy(np.ascontiguousarray(arr))
+            out[key] = torch.from_numpy(np.ascontiguousarray(arr)).to(self.device, non_blocking=True)
         return out
 
     def forward(self, images: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -111,12 +120,12 @@ class RewardClassifier(nn.Module):
             raise SpecError("labels: need both successful and unsuccessful frames")
         rng = np.random.default_rng(self.config.seed)
         opt = torch.optim.Adam(self.parameters(), lr=self.config.lr)
-        target = torch.from_numpy(y.astype(np.float32))
+        target = torch.from_numpy(y.astype(np.float32)).to(self.device)
         self.train()
         half = max(1, self.config.batch_size // 2)
-        loss = torch.zeros(())
+        loss = torch.zeros((), device=self.device)
         for _ in range(steps):
-            idx = torch.from_numpy(np.r_[rng.choice(pos, half), rng.choice(neg, half)])
+            idx = torch.from_numpy(np.r_[rng.choice(pos, half), rng.choice(neg, half)]).to(self.device)
             loss = F.binary_cross_entropy_with_logits(self({k: v[idx] for k, v in images.items()}), target[idx])
             opt.zero_grad()
             loss.backward()
@@ -130,7 +139,7 @@ class RewardClassifier(nn.Module):
         was = self.training
         self.eval()
         try:
-            return torch.sigmoid(self(self._images(frames))).numpy()
+            return torch.sigmoid(self(self._images(frames))).cpu().numpy()
         finally:
             self.train(was)
 
@@ -146,7 +155,7 @@ class RewardClassifier(nn.Module):
         """``classifier.safetensors`` + ``classifier.json`` into ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()},
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()},
                   str(folder / "classifier.safetensors"))
         meta = {"format": "robot_rl.reward_classifier", "config": config_to_dict(self.config),
                 "image_shapes": {k: list(v) for k, v in self.image_shapes.items()}}
@@ -154,14 +163,17 @@ class RewardClassifier(nn.Module):
         return folder
 
     @classmethod
-    def load(cls, folder: str | Path) -> RewardClassifier:
-        """Inverse of :meth:`save`."""
+    def load(cls, folder: str | Path, device: str | None = None) -> RewardClassifier:
+        """Inverse of :meth:`save`, on ``device`` when given (else the saved config's)."""
         folder = Path(folder)
         meta = json.loads((folder / "classifier.json").read_text(encoding="utf-8"))
         if meta.get("format") != "robot_rl.reward_classifier":
             raise SpecError(f"{folder}: not a reward classifier checkpoint")
         shapes = {k: (int(v[0]), int(v[1]), int(v[2])) for k, v in meta["image_shapes"].items()}
-        model = cls(load_config(RewardClassifierConfig, meta["config"]), shapes)
+        config = load_config(RewardClassifierConfig, meta["config"])
+        if device is not None:
+            config = dataclasses.replace(config, device=device)
+        model = cls(config, shapes)
         model.load_state_dict(load_file(str(folder / "classifier.safetensors")), strict=True)
         model.eval()
         return model

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from robot_rl.core.config import config_to_dict, load_config
+from robot_rl.core.device import check_device_name, resolve_device
 from robot_rl.core.spaces import SpecError
 
 
@@ -61,8 +62,11 @@ class SACConfig:
     """0: a plain actor. > 0: residual on ``base_action`` with this largest correction per dimension."""
     grad_clip: float = 10.0
     """Gradient-norm clip for actor and critics."""
+    device: str = "auto"
+    """Where the networks train and act: "auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
 
     def __post_init__(self) -> None:
+        check_device_name(self.device)
         if not self.state_keys:
             raise ValueError("state_keys: name at least one observation key")
         if self.hidden < 1 or self.batch_size < 1 or self.utd_ratio < 1:
@@ -166,7 +170,11 @@ class SACLearner:
         self.target = CriticEnsemble(config.num_critics, obs_dim, action_dim, config.hidden)
         self.target.load_state_dict(self.critic.state_dict())
         self.target.requires_grad_(False)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_temperature)))
+        self.device = resolve_device(config.device)
+        """Where networks, temperature and batches live."""
+        for module in (self.actor, self.critic, self.target):
+            module.to(self.device)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_temperature), device=self.device))
         self.target_entropy = (config.target_entropy if config.target_entropy is not None else -action_dim / 2)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=config.lr)
@@ -188,17 +196,17 @@ class SACLearner:
             if not np.all(np.isfinite(arr)):
                 raise SpecError(f"observation.{key}: contains NaN or inf")
             parts.append(torch.from_numpy(arr))
-        return torch.cat(parts, -1)
+        return torch.cat(parts, -1).to(self.device, non_blocking=True)
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any], base_action: np.ndarray | None = None, deterministic: bool = False
             ) -> np.ndarray:
         """Action(s) in [-1, 1]: (A,) for one observation, (B, A) for a batch."""
         state = self.state_vector(obs)
-        base = None if base_action is None else torch.as_tensor(np.asarray(base_action, np.float32)).reshape(
-            state.shape[0], self.action_dim)
+        base = None if base_action is None else torch.as_tensor(
+            np.asarray(base_action, np.float32), device=self.device).reshape(state.shape[0], self.action_dim)
         action, _ = self.actor(state, base, deterministic)
-        out = action.numpy()
+        out = action.cpu().numpy()
         return out[0] if np.asarray(next(iter(obs.values()))).ndim == 1 else out
 
     # ------------------------------------------------------------------ learning
@@ -211,13 +219,15 @@ class SACLearner:
         obs = {k[4:]: v for k, v in batch.items() if k.startswith("obs.")}
         nxt = {k[9:]: v for k, v in batch.items() if k.startswith("next_obs.")}
         out = {"obs": self.state_vector(obs), "next_obs": self.state_vector(nxt),
-               "action": torch.as_tensor(batch["action"], dtype=torch.float32),
-               "reward": torch.as_tensor(batch["reward"], dtype=torch.float32),
-               "done": torch.as_tensor(batch["terminated"], dtype=torch.float32)}
+               "action": torch.as_tensor(batch["action"], dtype=torch.float32, device=self.device),
+               "reward": torch.as_tensor(batch["reward"], dtype=torch.float32, device=self.device),
+               "done": torch.as_tensor(batch["terminated"], dtype=torch.float32, device=self.device)}
         base = batch.get("base_action")
-        out["base"] = torch.as_tensor(base, dtype=torch.float32) if base is not None else out["action"]
+        out["base"] = (torch.as_tensor(base, dtype=torch.float32, device=self.device) if base is not None
+                       else out["action"])
         next_base = batch.get("next_base_action")
-        out["next_base"] = torch.as_tensor(next_base, dtype=torch.float32) if next_base is not None else out["base"]
+        out["next_base"] = (torch.as_tensor(next_base, dtype=torch.float32, device=self.device)
+                            if next_base is not None else out["base"])
         return out
 
     def update(self, batches: Sequence[dict[str, np.ndarray]]) -> dict[str, float]:
@@ -233,7 +243,7 @@ class SACLearner:
             b = self._tensors(raw)
             with torch.no_grad():
                 next_action, next_logp = self.actor(b["next_obs"], b["next_base"])
-                pick = torch.randperm(cfg.num_critics, generator=self.rng)[: cfg.num_target_critics]
+                pick = torch.randperm(cfg.num_critics, generator=self.rng)[: cfg.num_target_critics].to(self.device)
                 q_next = self.target(b["next_obs"], next_action)[pick].min(0).values
                 target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * (q_next - self.alpha * next_logp)
             q = self.critic(b["obs"], b["action"])
@@ -281,7 +291,8 @@ class SACLearner:
             for idx, slots in state["state"].items():
                 for slot, value in slots.items():
                     tensors[f"{name}.{idx}.{slot}"] = torch.as_tensor(value)
-        save_file({k: v.detach().contiguous().clone() for k, v in tensors.items()}, str(tmp / "learner.safetensors"))
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()},
+                  str(tmp / "learner.safetensors"))
         meta = {"format": "robot_rl.sac_rlpd", "config": config_to_dict(self.config), "state_dims": self.state_dims,
                 "action_dim": self.action_dim, "updates": self.updates, "param_groups": groups}
         (tmp / "learner.json").write_text(json.dumps(meta), encoding="utf-8")
@@ -296,13 +307,17 @@ class SACLearner:
         return folder
 
     @classmethod
-    def load(cls, folder: str | Path) -> SACLearner:
-        """Rebuild a learner from :meth:`save` output (continues exactly: same weights and optimiser moments)."""
+    def load(cls, folder: str | Path, device: str | None = None) -> SACLearner:
+        """Rebuild a learner from :meth:`save` output (continues exactly: same weights and optimiser moments).
+
+        ``device`` overrides the saved config's.
+        """
         folder = Path(folder)
         meta = json.loads((folder / "learner.json").read_text(encoding="utf-8"))
         if meta.get("format") != "robot_rl.sac_rlpd":
             raise SpecError(f"{folder}: not a SAC learner checkpoint")
-        learner = cls(load_config(SACConfig, meta["config"]), meta["state_dims"], meta["action_dim"])
+        config = load_config(SACConfig, meta["config"] if device is None else {**meta["config"], "device": device})
+        learner = cls(config, meta["state_dims"], meta["action_dim"])
         tensors = load_file(str(folder / "learner.safetensors"))
         for prefix, module in (("actor", learner.actor), ("critic", learner.critic), ("target", learner.target)):
             module.load_state_dict({k[len(prefix) + 1:]: v for k, v in tensors.items()

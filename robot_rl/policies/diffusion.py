@@ -72,7 +72,7 @@ class DiffusionPolicy(Policy):
 
     def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         b = actions.shape[0]
-        k = torch.randint(0, self.config.num_train_steps, (b,))
+        k = torch.randint(0, self.config.num_train_steps, (b,), device=actions.device)
         noise = torch.randn_like(actions)
         abar = self.alphas_cumprod[k][:, None, None]
         noisy = abar.sqrt() * actions + (1 - abar).sqrt() * noise
@@ -97,8 +97,9 @@ class DiffusionPolicy(Policy):
         b = noise.shape[0]
         for i, k in enumerate(ks.tolist()):
             abar = self.alphas_cumprod[k]
-            abar_prev = self.alphas_cumprod[int(ks[i + 1])] if i + 1 < steps else torch.tensor(1.0)
-            pred, _ = self.net(x, self._time(torch.full((b,), k)), cond)
+            abar_prev = (self.alphas_cumprod[int(ks[i + 1])] if i + 1 < steps
+                         else torch.tensor(1.0, device=noise.device))
+            pred, _ = self.net(x, self._time(torch.full((b,), k, device=noise.device)), cond)
             if cfg.prediction == "sample":
                 x0, eps = pred, (x - abar.sqrt() * pred) / (1 - abar).sqrt()
             else:

@@ -35,11 +35,12 @@ class FlowConfig(PolicyConfig):
             raise ValueError(f"num_inference_steps: must be >= 1, got {self.num_inference_steps}")
 
 
-def sample_time(b: int, kind: str, mean: float = 0.0, std: float = 1.0) -> torch.Tensor:
-    """Flow times in [0, 1]: uniform, or logit-normal (sigmoid of N(mean, std))."""
+def sample_time(b: int, kind: str, mean: float = 0.0, std: float = 1.0,
+                device: torch.device | None = None) -> torch.Tensor:
+    """Flow times in [0, 1]: uniform, or logit-normal (sigmoid of N(mean, std)), on ``device``."""
     if kind == "uniform":
-        return torch.rand(b)
-    return torch.sigmoid(torch.randn(b) * std + mean)
+        return torch.rand(b, device=device)
+    return torch.sigmoid(torch.randn(b, device=device) * std + mean)
 
 
 class FlowPolicy(Policy):
@@ -51,7 +52,7 @@ class FlowPolicy(Policy):
 
     def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         noise = torch.randn_like(actions)
-        t = sample_time(actions.shape[0], self.config.time_sampling)
+        t = sample_time(actions.shape[0], self.config.time_sampling, device=actions.device)
         x_t = (1 - t[:, None, None]) * noise + t[:, None, None] * actions
         out = self.net(x_t, t[:, None], cond)[0]
         loss = F.mse_loss(out, actions if self.config.prediction == "sample" else actions - noise)
@@ -68,6 +69,6 @@ class FlowPolicy(Policy):
             raise ValueError(f"num_steps: must be >= 1, got {steps}")
         x, dt = noise, 1.0 / steps
         for i in range(steps):
-            t = torch.full((noise.shape[0], 1), i * dt)
+            t = torch.full((noise.shape[0], 1), i * dt, device=noise.device)
             x = x + dt * self._velocity(x, t, cond)
         return x

@@ -87,9 +87,9 @@ def dispersive_loss(hidden: torch.Tensor, temperature: float) -> torch.Tensor:
         return hidden.sum() * 0.0
     unit = F.normalize(hidden, dim=1)
     dist = (2 - 2 * unit @ unit.T).clamp_min(0)
-    off = ~torch.eye(b, dtype=torch.bool)
+    off = ~torch.eye(b, dtype=torch.bool, device=hidden.device)
     logits = -dist[off] / temperature
-    return torch.logsumexp(logits, 0) - torch.log(torch.tensor(float(logits.numel())))
+    return torch.logsumexp(logits, 0) - torch.log(torch.tensor(float(logits.numel()), device=hidden.device))
 
 
 class MeanFlowPolicy(Policy):
@@ -104,14 +104,14 @@ class MeanFlowPolicy(Policy):
         """``config.time_max_freq``: low, because the loss differentiates the network along time."""
         return self.config.time_max_freq
 
-    def _times(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _times(self, b: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
         if cfg.time_sampling == "uniform":
-            pair = torch.rand(b, 2)
+            pair = torch.rand(b, 2, device=device)
         else:
-            pair = torch.sigmoid(torch.randn(b, 2) * cfg.time_std + cfg.time_mean)
+            pair = torch.sigmoid(torch.randn(b, 2, device=device) * cfg.time_std + cfg.time_mean)
         t, s = pair.min(dim=1).values, pair.max(dim=1).values
-        u = torch.rand(b)
+        u = torch.rand(b, device=device)
         ramp = min(1.0, self.train_progress / cfg.meanflow_warmup) if cfg.meanflow_warmup > 0 else 1.0
         flow = u < 1.0 - (1.0 - cfg.flow_ratio) * ramp
         t, s = t.clone(), torch.where(flow, t, s)
@@ -123,7 +123,7 @@ class MeanFlowPolicy(Policy):
         cfg = self.config
         b = actions.shape[0]
         noise = torch.randn_like(actions)
-        t, s = self._times(b)
+        t, s = self._times(b, actions.device)
         z = (1 - t[:, None, None]) * noise + t[:, None, None] * actions
         v = actions - noise
 
@@ -149,7 +149,7 @@ class MeanFlowPolicy(Policy):
         x, dt = noise, 1.0 / steps
         b = noise.shape[0]
         for i in range(steps):
-            times = torch.tensor([[i * dt, dt]]).expand(b, 2)
+            times = torch.tensor([[i * dt, dt]], device=noise.device).expand(b, 2)
             x = x + dt * self._velocity(x, times, cond)[0]
         return x
 

@@ -69,13 +69,14 @@ class TextEncoder(nn.Module):
         """Features of each task string."""
         if self.kind == "hash":
             ids = [hash_tokens(t, self.buckets) for t in tasks]
-            flat = torch.tensor([i for row in ids for i in row], dtype=torch.long)
+            device = self.bag.weight.device
+            flat = torch.tensor([i for row in ids for i in row], dtype=torch.long, device=device)
             offsets = torch.tensor([0, *torch.tensor([len(r) for r in ids[:-1]]).cumsum(0).tolist()],
-                                   dtype=torch.long)
+                                   dtype=torch.long, device=device)
             return self.bag(flat, offsets)
         missing = sorted({t for t in tasks if t not in self._cache})
         if missing:
             with torch.no_grad():
                 emb = _minilm().encode(missing, convert_to_tensor=True, normalize_embeddings=True)
             self._cache.update({t: e.float().cpu() for t, e in zip(missing, emb)})
-        return self.proj(torch.stack([self._cache[t] for t in tasks]))
+        return self.proj(torch.stack([self._cache[t] for t in tasks]).to(self.proj.weight.device))

@@ -1,8 +1,9 @@
 """The one training loop every policy uses (as stable-baselines3 keeps one loop in ``common/``).
 
-Policies only provide ``compute_loss(batch)``; this module owns the optimizer (AdamW, warm-up + cosine
-learning rate, gradient clipping), the exponential moving average of the weights that is exported for
-inference, TensorBoard logs, a progress bar, periodic crash-safe checkpoints and resume.
+Policies only provide ``compute_loss(batch)``; this module owns the device, the optimizer (AdamW,
+warm-up + cosine learning rate as a ``torch.optim.lr_scheduler.LambdaLR``, gradient clipping), the
+exponential moving average of the weights that is exported for inference (``torch.optim.swa_utils``'
+AveragedModel), TensorBoard logs, a progress bar, periodic crash-safe checkpoints and resume.
 """
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from robot_rl.core.config import ConfigError, load_config, save_config
+from robot_rl.core.device import check_device_name, resolve_device, to_device
 from robot_rl.policies import get_policy_class
 from robot_rl.policies.base import CheckpointError, Policy, PolicyConfig
 from robot_rl.training.checkpoint import load_training_state, save_training_state
@@ -62,8 +68,12 @@ class TrainConfig:
     """Seeds torch and the batch sampler."""
     num_threads: int = 1
     """torch CPU threads (1 is fastest on a shared 2-core machine)."""
+    device: str = "auto"
+    """Where the policy trains: "auto" (CUDA when available, else CPU), "cpu" or "cuda". Checkpoints are
+    written from CPU copies, so a policy trained on a GPU loads anywhere."""
 
     def __post_init__(self) -> None:
+        check_device_name(self.device)
         for name in ("steps", "batch_size", "log_every", "checkpoint_every", "num_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -99,21 +109,64 @@ class TrainResult:
     """Checkpoint folder of the exported (EMA) policy."""
 
 
+class _Rebuilt(nn.Module):
+    """Holds a policy; deep-copied by rebuilding it from its config and copying the tensors.
+
+    AveragedModel deep-copies the model it averages, and a Policy cannot be deep-copied (it holds the lock
+    of its weight hot-swap); building a fresh one is also what the average needs (no history, no staged
+    weights).
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Rebuilt:
+        src = self.policy
+        clone = type(src)(src.config, src.spec)
+        clone.load_state_dict(src.state_dict())
+        clone.task = src.task
+        return _Rebuilt(clone.to(next(src.parameters()).device))
+
+
+def ema_warmup_multi_avg_fn(decay: float) -> Callable[[Any, Any, torch.Tensor | int], None]:
+    """``get_ema_multi_avg_fn`` whose decay after ``n`` averages is ``min(decay, n / (n + 9))``.
+
+    The short warm-up lets checkpoints taken early in a run export usable weights instead of the
+    initialisation.
+    """
+    def update(averaged: Any, current: Any, n_averaged: torch.Tensor | int) -> None:
+        n = int(n_averaged)
+        get_ema_multi_avg_fn(min(decay, n / (n + 9)))(averaged, current, n_averaged)
+
+    return update
+
+
 class Ema:
     """Exponential moving average of a policy's parameters (buffers copied), kept as a second policy."""
 
     def __init__(self, policy: Policy, decay: float) -> None:
-        self.module = type(policy)(policy.config, policy.spec)
-        self.module.load_state_dict(policy.state_dict())
+        self.averaged = AveragedModel(_Rebuilt(policy), multi_avg_fn=ema_warmup_multi_avg_fn(decay))
+        holder = self.averaged.module
+        assert isinstance(holder, _Rebuilt)
+        self.module: Policy = holder.policy
         self.module.requires_grad_(False)
         self.decay = decay
+        self.averaged.update_parameters(policy)  # the first update copies: n_averaged = 1 before step 0
+
+    @property
+    def count(self) -> int:
+        """Updates so far, the initial copy included (the decay warm-up reads it; saved with the state)."""
+        return int(self.averaged.n_averaged)
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self.averaged.n_averaged.fill_(int(value))
 
     @torch.no_grad()
-    def update(self, policy: Policy, step: int) -> None:
-        """Move the average toward the current weights."""
-        decay = min(self.decay, (1 + step) / (10 + step))  # short warm-up so early checkpoints are usable
-        for mine, theirs in zip(self.module.parameters(), policy.parameters()):
-            mine.lerp_(theirs, 1 - decay)
+    def update(self, policy: Policy) -> None:
+        """Move the average toward the current weights; buffers (normaliser statistics) are copied."""
+        self.averaged.update_parameters(policy)
         for buf, src in zip(self.module.buffers(), policy.buffers()):
             buf.copy_(src)
 
@@ -127,11 +180,33 @@ class Ema:
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:
-    """Warm-up then cosine decay to 10% of the peak."""
+    """Warm-up then cosine decay to 10% of the peak (the schedule's closed form, for logs and tests)."""
+    return cfg.lr * lr_factor(cfg, step)
+
+
+def lr_factor(cfg: TrainConfig, step: int) -> float:
+    """Multiplier of the peak ``lr`` at ``step``: linear warm-up, then cosine decay to 0.1 (LambdaLR's lambda)."""
     if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
+        return (step + 1) / cfg.warmup_steps
     frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+def make_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer) -> LambdaLR:
+    """The run's learning-rate schedule; it sets the optimizer's lr for step 0 at once."""
+    return LambdaLR(optimizer, partial(lr_factor, cfg))
+
+
+def follow_config(cfg: TrainConfig, optimizer: torch.optim.Optimizer, scheduler: LambdaLR) -> None:
+    """After a resume, take the peak lr from the current config (``--set lr=...``), not the checkpoint's.
+
+    The schedule's lambda already reads ``steps`` and ``warmup_steps`` from ``cfg``; the step comes from
+    the restored scheduler.
+    """
+    scheduler.base_lrs = [cfg.lr for _ in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["initial_lr"] = cfg.lr
+        group["lr"] = learning_rate(cfg, scheduler.last_epoch)
 
 
 def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = None, resume: bool = False,
@@ -144,6 +219,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
     last = out / "checkpoints" / "last"
     if last.exists() and not resume:
         raise CheckpointError(f"{out}: already holds a run; pass resume=True (--resume) or use a new folder")
+    device = resolve_device(cfg.device)
     torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
     pcfg = cfg.policy_config()
@@ -156,13 +232,14 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
     policy.set_stats(dataset.stats())
     if dataset.tasks:  # the default instruction at inference: the most frequent task text (first on ties)
         policy.task = Counter(dataset.tasks).most_common(1)[0][0]
+    policy.to(device)
     ema = Ema(policy, cfg.ema_decay) if cfg.ema_decay > 0 else None
-    if ema is not None:
-        ema.module.task = policy.task
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = make_scheduler(cfg, optimizer)
     start = 0
     if resume and last.exists():
-        start = int(load_training_state(last, policy, ema, optimizer)["step"])
+        start = int(load_training_state(last, policy, ema, optimizer, scheduler)["step"])
+        follow_config(cfg, optimizer, scheduler)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "train_config.yaml")
     rng = np.random.default_rng([cfg.seed, start])
@@ -175,10 +252,9 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
                disable=not progress, dynamic_ncols=True)
     try:
         for step in bar:
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(cfg, step)
+            lr = optimizer.param_groups[0]["lr"]
             policy.train_progress = step / cfg.steps
-            loss, metrics = policy.compute_loss(dataset.sample(cfg.batch_size, rng))
+            loss, metrics = policy.compute_loss(to_device(dataset.sample(cfg.batch_size, rng), device))
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"step {step}: loss is {loss.item()}; stopping (last checkpoint kept)")
             optimizer.zero_grad(set_to_none=True)
@@ -186,8 +262,9 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
             if cfg.grad_clip > 0:
                 metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip))
             optimizer.step()
+            scheduler.step()
             if ema is not None:
-                ema.update(policy, step)
+                ema.update(policy)
             for k, v in metrics.items():
                 window.setdefault(k, []).append(v)
             done = step + 1
@@ -197,12 +274,13 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
                 losses.append(means["loss"])
                 for k, v in means.items():
                     writer.add_scalar(f"train/{k}", v, done)
-                writer.add_scalar("train/lr", learning_rate(cfg, step), done)
+                writer.add_scalar("train/lr", lr, done)
                 bar.set_postfix(loss=f"{means['loss']:.4f}")
                 if log is not None:
                     log(done, means)
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-                save_training_state(last, policy, ema, optimizer, done, {"seconds": time.perf_counter() - t0})
+                save_training_state(last, policy, ema, optimizer, done, {"seconds": time.perf_counter() - t0},
+                                    scheduler)
     finally:
         writer.close()
         bar.close()
