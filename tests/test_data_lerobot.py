@@ -196,9 +196,9 @@ def test_import_dataset_written_by_lerobot(tmp_path: Path, dtype: str) -> None:
 
 NATIVE = """
 import sys
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = [sys.argv[2], sys.argv[2] + "/tests"]
 from robot_rl.data import DatasetInfo, EpisodeStore
-from robot_rl.data.lerobot_native import export_with_lerobot
+from helpers.lerobot_native import export_with_lerobot
 from robot_rl.data.synthetic import synthetic_episode
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 store = EpisodeStore.create(sys.argv[1] + "/s.zarr", DatasetInfo(robot="panda", fps=10.0, task="pick"))

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.toy import toy_episode
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
@@ -14,7 +15,6 @@ from robot_rl.learners.hg_dagger import HGDAggerConfig, HGDAggerLearner
 from robot_rl.policies.chunking import ExecutorConfig
 from robot_rl.policies.flow import FlowConfig, FlowPolicy
 from robot_rl.training.dataset import ChunkDataset
-from robot_rl.training.toy import toy_episode
 
 HORIZON = 4
 

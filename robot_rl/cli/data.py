@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--image-size", type=int, nargs=2, default=None, metavar=("H", "W"),
                      help="camera image size for robot_rl envs")
     rec.add_argument("--import", dest="imports", action="append", default=[],
-                     help="module to import first (registers envs); robot_rl.sim is always tried")
+                     help="module to import first (registers envs); robot_rl.sim is always imported")
     info = sub.add_parser("info", help="summary of a store: episodes, fields, tasks, metadata")
     info.add_argument("path")
     info.add_argument("--json", action="store_true", help="machine-readable output")
@@ -107,16 +107,13 @@ def _record(args: argparse.Namespace) -> int:
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
     import gymnasium as gym
 
+    import robot_rl.sim  # noqa: F401 - registers the robot_rl envs
     from robot_rl.data.recorder import record
     from robot_rl.data.schema import DatasetInfo
     from robot_rl.data.store import EpisodeStore
 
-    for module in ["robot_rl.sim", *args.imports]:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            if module != "robot_rl.sim":
-                raise
+    for module in args.imports:
+        importlib.import_module(module)
     overrides: dict[str, Any] = {}
     if args.cameras:
         overrides["cameras"] = tuple(c.strip() for c in args.cameras.split(",") if c.strip())
@@ -154,29 +151,23 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _make_expert(spec: str, env: Any, env_id: str) -> Any:
+    """The expert ``--expert`` names: the env's scripted one (``auto``), the keyboard, or ``module:attr``."""
     if spec == "keyboard":
         from robot_rl.data.keyboard import KeyboardExpert
 
         return KeyboardExpert(env)
     if spec == "auto":
-        try:
-            from robot_rl.sim.experts import expert_for
+        from robot_rl.sim.base_env import RobotEnv
+        from robot_rl.sim.experts import expert_for
 
-            return expert_for(env)
-        except (ImportError, TypeError):
-            pass
-        unwrapped = env.unwrapped
-        for name in ("make_expert", "expert", "scripted_expert"):
-            factory = getattr(unwrapped, name, None)
-            if callable(factory):
-                return factory()
+        if not isinstance(env.unwrapped, RobotEnv):
+            raise SystemExit(f"error: {env_id} is not a robot_rl env, so it has no scripted expert; "
+                             "pass --expert module:attr or keyboard")
         try:
-            sim = importlib.import_module("robot_rl.sim")
-            if hasattr(sim, "make_expert"):
-                return sim.make_expert(env_id, env)
-        except ImportError:
-            pass
-        raise SystemExit(f"error: no scripted expert found for {env_id}; pass --expert module:attr or keyboard")
+            return expert_for(env)
+        except TypeError as exc:  # a task or control mode no scripted expert drives
+            raise SystemExit(f"error: no scripted expert for {env_id}: {exc}; pass --expert module:attr or "
+                             "keyboard") from exc
     module_name, _, attr = spec.partition(":")
     if not attr:
         raise SystemExit(f"error: --expert {spec!r}: expected 'auto', 'keyboard' or module:attr")

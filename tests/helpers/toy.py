@@ -1,4 +1,4 @@
-"""A tiny point-reaching task with a scripted expert, for tests and benchmarks that must not need MuJoCo.
+"""A tiny point-reaching task with a scripted expert, for policy and learner tests that must not need MuJoCo.
 
 A point in the plane moves by ``0.1 * action`` per step toward a goal; the expert's action is
 ``clip(2 * (goal - pos), -1, 1)``, so actions change smoothly over a chunk and depend on the state, which

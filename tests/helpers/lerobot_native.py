@@ -1,9 +1,9 @@
-"""Optional: export through LeRobot's own ``LeRobotDataset`` API where LeRobot is installed.
+"""Export a store through LeRobot's own ``LeRobotDataset`` writer API, for the test that checks our features on it.
 
-LeRobot needs Python >= 3.12 and torch < 2.12 (e.g. a ROS 2 Jazzy machine with its own venv), so the
-main path (:mod:`robot_rl.data.lerobot_export`) writes the v3.0 files itself. Where ``lerobot`` is
-importable, this module writes the same features with ``LeRobotDataset.create`` / ``add_frame`` /
-``save_episode`` / ``finalize``, so LeRobot's encoders, statistics and any format changes apply.
+LeRobot needs Python >= 3.12 and torch < 2.12, so the package's exporter
+(:mod:`robot_rl.data.lerobot_export`) writes the v3.0 files itself; this writes the same features with
+``LeRobotDataset.create`` / ``add_frame`` / ``save_episode`` / ``finalize`` in an interpreter where
+``lerobot`` is installed, so a change in LeRobot's format shows up as a failing test.
 """
 
 from __future__ import annotations
@@ -20,15 +20,6 @@ from robot_rl.data.schema import DatasetError
 from robot_rl.data.store import EpisodeStore
 
 _AUTOMATIC = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-
-
-def lerobot_available() -> bool:
-    """Whether LeRobot's dataset API can be imported in this interpreter."""
-    try:
-        from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: F401
-    except Exception:  # ImportError, or a torch/torchvision mismatch failing at import
-        return False
-    return True
 
 
 def export_with_lerobot(store: EpisodeStore, root: str | Path, repo_id: str = "local/robot_rl",
