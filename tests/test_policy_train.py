@@ -14,6 +14,7 @@ from robot_rl.data.schema import DatasetInfo
 from robot_rl.data.store import EpisodeStore
 from robot_rl.data.synthetic import synthetic_episode
 from robot_rl.policies.base import CheckpointError, Policy
+from robot_rl.runtime.policy_runner import PolicyRunner
 from robot_rl.training.dataset import ChunkDataset
 from robot_rl.training.loop import TrainConfig, train
 
@@ -40,11 +41,12 @@ def overfit_error(policy: Policy, ds: ChunkDataset, num_steps: int | None = None
 def closed_loop_distance(policy: Policy, ds: ChunkDataset) -> float:
     """Run the policy in the toy task from each demo's start; mean final distance to the goal."""
     dists = []
+    runner = PolicyRunner(policy)
     for start in ds.starts:
         pos, goal = ds.columns["pos"][start].astype(np.float64), ds.columns["goal"][start]
-        policy.reset()
+        runner.reset()
         for _ in range(30):
-            pos = pos + STEP * np.clip(policy.select_action({"pos": pos, "goal": goal}), -1, 1)
+            pos = pos + STEP * np.clip(runner.act({"pos": pos, "goal": goal}), -1, 1)
         dists.append(float(np.linalg.norm(pos - goal)))
     return float(np.mean(dists))
 
