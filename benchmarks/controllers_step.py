@@ -27,10 +27,10 @@ from robot_rl.control import (
     build_controller,
     load_control_config,
 )
-from robot_rl.control.stepping import joint_indices, joint_state
+from robot_rl.control.stepping import StateIndex
 from robot_rl.robots import cf2x, g1, panda
 
-NO_JOINTS = np.array([], dtype=np.intp)
+FREE_BASE = StateIndex(np.array([], dtype=np.intp), np.array([], dtype=np.intp), base_qpos=0, base_qvel=0)
 
 
 @dataclasses.dataclass
@@ -61,11 +61,11 @@ def panda_case(name: str, mode: str, feedforward: bool = False, **overrides: obj
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
     mujoco.mj_forward(m, d)
-    qi, vi = joint_indices(m, panda.JOINT_NAMES)
+    index = StateIndex.from_model(m, panda.JOINT_NAMES)
     c = build_controller("panda", m, d, mode=mode, config=cfg, safety=False)
 
     def read(dd: mujoco.MjData) -> RobotState:
-        return joint_state(dd, qi, vi)
+        return index.read(dd)
 
     c.reset(read(d))
     site = m.site(panda.EE_SITE).id
@@ -96,11 +96,11 @@ def g1_case() -> Case:
     d.qpos[g1.QPOS_BASE_QUAT] = [1.0, 0.0, 0.0, 0.0]
     d.qpos[g1.QPOS_JOINTS] = g1.STAND_Q
     mujoco.mj_forward(m, d)
-    qi, vi = joint_indices(m, g1.JOINT_NAMES)
+    index = StateIndex.from_model(m, g1.JOINT_NAMES, g1.FREE_JOINT)
     c = build_controller("g1", m, d, safety=False)
 
     def read(dd: mujoco.MjData) -> RobotState:
-        return joint_state(dd, qi, vi, 0, 0)
+        return index.read(dd)
 
     c.reset(read(d))
 
@@ -125,7 +125,7 @@ def cf2x_case() -> Case:
     motors.reset(np.full(4, cf2x.HOVER_THRUST))
 
     def read(dd: mujoco.MjData) -> RobotState:
-        return joint_state(dd, NO_JOINTS, NO_JOINTS, 0, 0)
+        return FREE_BASE.read(dd)
 
     c.reset(read(d))
     w = 2 * np.pi * 0.2

@@ -19,7 +19,7 @@ from robot_rl.control import (
     StiffnessTarget,
     load_control_config,
 )
-from robot_rl.control.stepping import joint_indices, joint_state, run_controller
+from robot_rl.control.stepping import StateIndex, run_controller
 from robot_rl.robots import panda
 
 DT = 0.002
@@ -36,7 +36,7 @@ class Arm:
         self.d = mujoco.MjData(self.m)
         mujoco.mj_resetDataKeyframe(self.m, self.d, 0)
         mujoco.mj_forward(self.m, self.d)
-        self.qi, self.vi = joint_indices(self.m, panda.JOINT_NAMES)
+        self.index = StateIndex.from_model(self.m, panda.JOINT_NAMES)
         self.model = MujocoArmModel(self.m, panda.JOINT_NAMES, panda.EE_SITE, data=self.d)
         self.tcp_body = self.m.site_bodyid[self.model.site_id]
         if joint:
@@ -51,7 +51,7 @@ class Arm:
         self.force = np.zeros(3)
 
     def state(self, d: mujoco.MjData) -> RobotState:
-        return joint_state(d, self.qi, self.vi)
+        return self.index.read(d, copy=True)
 
     def push(self) -> None:
         self.d.qfrc_applied[:] = 0.0

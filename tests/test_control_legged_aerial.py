@@ -19,10 +19,11 @@ from robot_rl.control import (
     build_controller,
 )
 from robot_rl.control.rotations import quat_to_mat
-from robot_rl.control.stepping import joint_indices, joint_state, run_controller
+from robot_rl.control.stepping import StateIndex, run_controller
 from robot_rl.robots import cf2x, g1
 
-NO_JOINTS = np.array([], dtype=np.intp)
+FREE_BASE = StateIndex(np.array([], dtype=np.intp), np.array([], dtype=np.intp), base_qpos=0, base_qvel=0)
+"""The quadrotor: no joints, a free joint first in qpos/qvel."""
 
 
 def with_floor(spec: mujoco.MjSpec) -> mujoco.MjModel:
@@ -43,10 +44,10 @@ def test_humanoid_stands_under_its_pd(posture: np.ndarray, height: float) -> Non
     d.qpos[g1.QPOS_BASE_QUAT] = [1.0, 0.0, 0.0, 0.0]
     d.qpos[g1.QPOS_JOINTS] = posture
     mujoco.mj_forward(m, d)
-    qi, vi = joint_indices(m, g1.JOINT_NAMES)
+    index = StateIndex.from_model(m, g1.JOINT_NAMES, g1.FREE_JOINT)
 
     def state(dd: mujoco.MjData) -> RobotState:
-        return joint_state(dd, qi, vi, free_qpos=0, free_dof=0)
+        return index.read(dd, copy=True)
 
     c = build_controller("g1", m, d, safety=False)
     c.reset(state(d))
@@ -76,7 +77,7 @@ class Drone:
         self.motors.reset(np.full(4, cf2x.HOVER_THRUST))
 
     def state(self, d: mujoco.MjData) -> RobotState:
-        return joint_state(d, NO_JOINTS, NO_JOINTS, free_qpos=0, free_dof=0)
+        return FREE_BASE.read(d, copy=True)
 
     def actuate(self, thrusts: np.ndarray) -> np.ndarray:
         return cf2x.rotor_commands(self.motors.step(thrusts))

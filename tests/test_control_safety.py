@@ -19,7 +19,7 @@ from robot_rl.control import (
     build_controller,
     load_control_config,
 )
-from robot_rl.control.stepping import joint_indices, joint_state, run_controller
+from robot_rl.control.stepping import StateIndex, run_controller
 from robot_rl.robots import panda
 
 DT = 0.002
@@ -35,7 +35,7 @@ class Rig:
         self.d = mujoco.MjData(self.m)
         mujoco.mj_resetDataKeyframe(self.m, self.d, 0)
         mujoco.mj_forward(self.m, self.d)
-        self.qi, self.vi = joint_indices(self.m, panda.JOINT_NAMES)
+        self.index = StateIndex.from_model(self.m, panda.JOINT_NAMES)
         c = build_controller("panda", self.m, self.d, config=cfg)
         assert isinstance(c, SafetyLayer)
         self.c = c
@@ -48,7 +48,7 @@ class Rig:
         self.quat = target.quat
 
     def state(self, d: mujoco.MjData | None = None) -> RobotState:
-        return joint_state(self.d if d is None else d, self.qi, self.vi)
+        return self.index.read(self.d if d is None else d, copy=True)
 
     def tcp(self) -> np.ndarray:
         return self.d.site_xpos[self.site].copy()
@@ -98,7 +98,8 @@ def test_workspace_clip_option_clips_instead() -> None:
     rig = Rig(workspace_clip=True, blend_time=0.0)
     assert rig.c.submit(rig.pose((0.0, 0.0, 1.0)), 0.0)
     target = rig.c.current_target()
-    assert isinstance(target, PoseTarget) and target.position[2] == pytest.approx(0.8)
+    assert CFG.safety.workspace_high is not None  # the box top of controllers/panda.yaml
+    assert isinstance(target, PoseTarget) and target.position[2] == pytest.approx(CFG.safety.workspace_high[2])
 
 
 def test_blend_in_ramps_a_new_policy_target() -> None:

@@ -6,8 +6,17 @@ import mujoco
 import numpy as np
 import pytest
 
-from robot_rl.robots import actuator_indices, cf2x, dof_indices, embodiment, g1, panda, qpos_indices, robot_module
-from robot_rl.sim import scenes
+from robot_rl.robots import (
+    actuator_indices,
+    cf2x,
+    dof_indices,
+    embodiment,
+    g1,
+    panda,
+    qpos_indices,
+    robot_module,
+    scenes,
+)
 
 
 @pytest.mark.parametrize("robot", [panda, g1])

@@ -63,13 +63,13 @@ def test_hover_thrust_balances_gravity() -> None:
     env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands")
     env.reset(seed=0)
     base = env.unwrapped
-    base.data.qpos[cf2x.QPOS_QUAT] = [1, 0, 0, 0]
+    base.data.qpos[cf2x.QPOS_BASE_QUAT] = [1, 0, 0, 0]
     base.data.qvel[:] = 0
-    start = base.data.qpos[cf2x.QPOS_POS].copy()
+    start = base.data.qpos[cf2x.QPOS_BASE_POS].copy()
     frac = cf2x.HOVER_THRUST / cf2x.THRUST_MAX
     for _ in range(20):
         env.step(np.full(4, frac, np.float32))
-    assert np.linalg.norm(base.data.qpos[cf2x.QPOS_POS] - start) < 0.01
+    assert np.linalg.norm(base.data.qpos[cf2x.QPOS_BASE_POS] - start) < 0.01
 
 
 def test_check_env_quad() -> None:

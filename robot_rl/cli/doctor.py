@@ -115,7 +115,7 @@ def collect(render: bool = True) -> list[Check]:
 
     checks += ros_checks()
 
-    from robot_rl.sim.assets import ROBOT_ASSETS, AssetError
+    from robot_rl.robots.assets import ROBOT_ASSETS, AssetError
 
     for robot, asset in ROBOT_ASSETS.items():
         try:

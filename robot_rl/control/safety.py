@@ -14,13 +14,14 @@ import enum
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.targets import BodyRateTarget, FlightTarget, JointTarget, PoseTarget, WrenchTarget
+from robot_rl.control.watchdog import Watchdog, WorkspaceBox, check_pose_target
 from robot_rl.core.config import ConfigError
 from robot_rl.core.embodiment import Embodiment
 
@@ -75,9 +76,17 @@ class SafetyConfig:
             raise ConfigError("SafetyConfig.blend_time: must be >= 0")
         if (self.workspace_low is None) != (self.workspace_high is None):
             raise ConfigError("SafetyConfig.workspace_low/high: give both corners or neither")
-        if self.workspace_low is not None and self.workspace_high is not None \
-                and np.any(np.asarray(self.workspace_low) >= np.asarray(self.workspace_high)):
-            raise ConfigError("SafetyConfig.workspace_low: must be below workspace_high on every axis")
+        try:
+            self.workspace  # noqa: B018 - validates the corners
+        except ConfigError as exc:
+            raise ConfigError(f"SafetyConfig.workspace_low/high: {exc}") from exc
+
+    @property
+    def workspace(self) -> WorkspaceBox | None:
+        """The workspace box, or None when unbounded."""
+        if self.workspace_low is None or self.workspace_high is None:
+            return None
+        return WorkspaceBox(self.workspace_low, self.workspace_high)
 
 
 @dataclass
@@ -115,7 +124,9 @@ class SafetyLayer(Controller):
         self.status = SafetyStatus()
         self._effort = np.asarray(embodiment.limits.effort) if embodiment.n_joints else None
         self._vel_limit = np.asarray(embodiment.limits.velocity) * config.velocity_limit_scale
-        self._last_target_stamp = 0.0
+        self._box = config.workspace
+        self.watchdog = Watchdog(config.watchdog_timeout)
+        """Fed by every accepted primary (or human) target; stale -> hold."""
         self._blend_from: object | None = None
         self._blend_to: object | None = None
         self._blend_start = 0.0
@@ -170,7 +181,7 @@ class SafetyLayer(Controller):
         """A human takes over: from now on only ``source="human"`` targets are followed."""
         if self.status.mode != SafetyMode.ESTOP:
             self._blend_to = None
-            self._last_target_stamp = stamp
+            self.watchdog.feed(stamp)
             self._enter(SafetyMode.OVERRIDE, stamp, reason)
 
     @_locked
@@ -182,14 +193,8 @@ class SafetyLayer(Controller):
     # --- targets ---------------------------------------------------------------------------------------------
     def _check(self, target: object) -> object:
         cfg = self.config
-        if isinstance(target, (PoseTarget, FlightTarget)) and cfg.workspace_low is not None:
-            lo, hi = np.asarray(cfg.workspace_low), np.asarray(cfg.workspace_high)
-            pos = target.position
-            if np.any(pos < lo) or np.any(pos > hi):
-                if not cfg.workspace_clip:
-                    raise TargetRejected(f"{type(target).__name__}.position {np.round(pos, 3).tolist()} "
-                                         f"outside the workspace box {lo.tolist()}..{hi.tolist()}")
-                target = replace(target, position=np.clip(pos, lo, hi))
+        if isinstance(target, (PoseTarget, FlightTarget)):
+            target = check_pose_target(target, self._box, cfg.workspace_clip)
         if isinstance(target, WrenchTarget) and (np.linalg.norm(target.force) > cfg.max_wrench[0]
                                                  or np.linalg.norm(target.torque) > cfg.max_wrench[1]):
             raise TargetRejected(f"WrenchTarget: exceeds max_wrench {cfg.max_wrench}")
@@ -237,9 +242,9 @@ class SafetyLayer(Controller):
         self.inner.set_target(target, stamp)  # validates (limits, shapes); raises before anything changes
         if not primary or source == "human":
             if source == "human":
-                self._last_target_stamp = stamp
+                self.watchdog.feed(stamp)
             return
-        self._last_target_stamp = stamp
+        self.watchdog.feed(stamp)
         if mode == SafetyMode.HOLD and self.config.blend_time > 0 and blendable:
             self._blend_from, self._blend_start = held, stamp
             self._enter(SafetyMode.BLENDING, stamp, f"new {source} target: blending in over "
@@ -280,11 +285,10 @@ class SafetyLayer(Controller):
         if mode == SafetyMode.ESTOP:
             return self._finite(self.inner.safe_stop(state))
         if mode in (SafetyMode.ACTIVE, SafetyMode.BLENDING, SafetyMode.OVERRIDE):
-            age = stamp - self._last_target_stamp
-            if age > self.config.watchdog_timeout:
-                self._hold(state, stamp, f"stale target: none for {age:.3f} s (timeout "
+            if self.watchdog.stale(stamp):
+                self._hold(state, stamp, f"stale target: none for {self.watchdog.age(stamp):.3f} s (timeout "
                                          f"{self.config.watchdog_timeout} s)")
-            elif state.base_pos is not None and not self._inside(state.base_pos):
+            elif state.base_pos is not None and self._box is not None and not self._box.contains(state.base_pos):
                 self._hold(state, stamp, f"left the workspace box at {np.round(state.base_pos, 3).tolist()}")
             elif state.dq.size and np.any(np.abs(state.dq) > self._vel_limit):
                 j = int(np.argmax(np.abs(state.dq) / self._vel_limit))
@@ -297,11 +301,6 @@ class SafetyLayer(Controller):
             self.estop(stamp, "controller produced a non-finite command")
             return self._finite(self.inner.safe_stop(state))
         return self._limit(cmd)
-
-    def _inside(self, pos: np.ndarray) -> bool:
-        if self.config.workspace_low is None or self.config.workspace_high is None:
-            return True
-        return bool(np.all(pos >= self.config.workspace_low) and np.all(pos <= self.config.workspace_high))
 
     def _limit(self, cmd: np.ndarray) -> np.ndarray:
         if self._effort is not None and cmd.shape == self._effort.shape:

@@ -60,7 +60,7 @@ class DatasetInfo:
     """Metadata of a whole dataset, stored in the store's attributes."""
 
     robot: str = "unknown"
-    """Robot name (e.g. "panda"), as in ``robot_rl.sim.assets``."""
+    """Robot name (e.g. "panda"), as in ``robot_rl.robots.assets``."""
     fps: float = 10.0
     """Control rate the steps were recorded at, in Hz."""
     task: str = ""

@@ -2,7 +2,9 @@
 
 Each module holds the names (joints, actuators, sites, bodies), NAMED slices into qpos/qvel/ctrl,
 the :class:`robot_rl.core.Embodiment`, and ``build_spec()`` / ``load_model()`` that compose the
-robot from its PyPI model package with ``mujoco.MjSpec``. Scenes in ``robot_rl.sim`` add the rest.
+robot from its PyPI model package (located by :mod:`robot_rl.robots.assets`) with ``mujoco.MjSpec``;
+:mod:`robot_rl.robots.scenes` adds floor, table, objects and cameras. :func:`description` returns the
+typed :class:`RobotDescription` that the runtimes (live sim, ROS nodes, envs) read instead of names.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from types import ModuleType
 from robot_rl.core import Embodiment
 from robot_rl.robots import cf2x, g1, panda
 from robot_rl.robots._mjspec import actuator_indices, dof_indices, qpos_indices
+from robot_rl.robots.descriptions import DESCRIPTIONS, RobotDescription, description
 
 ROBOTS: dict[str, ModuleType] = {"panda": panda, "g1": g1, "cf2x": cf2x}
 """Robot name -> its module."""
@@ -29,5 +32,5 @@ def embodiment(name: str) -> Embodiment:
     return robot_module(name).EMBODIMENT
 
 
-__all__ = ["ROBOTS", "actuator_indices", "cf2x", "dof_indices", "embodiment", "g1", "panda",
-           "qpos_indices", "robot_module"]
+__all__ = ["DESCRIPTIONS", "ROBOTS", "RobotDescription", "actuator_indices", "cf2x", "description",
+           "dof_indices", "embodiment", "g1", "panda", "qpos_indices", "robot_module"]

@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 
 from robot_rl.core import ControlMode, Embodiment, JointLimits, Rates
-from robot_rl.sim.assets import robot_model_path
+from robot_rl.robots.assets import robot_model_path
 
 NAME = "cf2x"
 
@@ -24,12 +24,12 @@ ROTOR_SITES = ("motor0", "motor1", "motor2", "motor3")
 THRUST_ACTUATORS = ("motor0_force", "motor1_force", "motor2_force", "motor3_force")
 YAW_TORQUE_ACTUATORS = ("motor0_torque", "motor1_torque", "motor2_torque", "motor3_torque")
 
-QPOS_POS = slice(0, 3)
-QPOS_QUAT = slice(3, 7)
+QPOS_BASE_POS = slice(0, 3)
+QPOS_BASE_QUAT = slice(3, 7)
 """Orientation quaternion, w x y z."""
-QVEL_LINVEL = slice(0, 3)
+QVEL_BASE_LINVEL = slice(0, 3)
 """Linear velocity, world frame."""
-QVEL_ANGVEL = slice(3, 6)
+QVEL_BASE_ANGVEL = slice(3, 6)
 """Angular velocity (body rates), body frame."""
 CTRL_THRUST = slice(0, 4)
 CTRL_YAW_TORQUE = slice(4, 8)

@@ -16,7 +16,7 @@ import numpy as np
 
 from robot_rl.core import ControlMode, Embodiment, JointLimits, Rates
 from robot_rl.robots._mjspec import to_torque_motor
-from robot_rl.sim.assets import robot_model_path
+from robot_rl.robots.assets import robot_model_path
 
 NAME = "panda"
 

@@ -34,6 +34,7 @@ from robot_rl.control.base import RobotState
 from robot_rl.control.config import build_controller, load_control_config
 from robot_rl.control.rotations import mat_to_quat
 from robot_rl.control.safety import SafetyLayer
+from robot_rl.control.watchdog import Watchdog
 from robot_rl.core.spaces import SpecError
 from robot_rl.robots import robot_module
 from robot_rl.ros.conversions import joint_state_from_msg, ns_to_stamp, pose_to_msg, stamp_to_seconds
@@ -84,7 +85,8 @@ class ControllerNode(Node):
         self.controller: SafetyLayer = controller
         self.arm_model = getattr(controller.inner, "model", None)
         self.state: RobotState | None = None
-        self.state_wall = 0.0
+        self.state_watchdog = Watchdog(cfg.state_timeout_s)
+        """Fed by every accepted joint_states (monotonic time); stale -> e-stop."""
         self.human = False
         self._warn = RateLimitedWarnings(self.get_logger())
         self._last_mode = ""
@@ -109,14 +111,14 @@ class ControllerNode(Node):
         try:
             _, q, dq, _ = joint_state_from_msg(msg, self.embodiment.joint_names)
         except SpecError as exc:
-            self._warn(f"rejected joint_states: {exc}")
+            self._warn(f"rejected joint_states: {exc}", "joint_states")
             return
         if not np.all(np.isfinite(dq)):
             self._warn("rejected joint_states: velocities missing or not finite")
             return
         first = self.state is None
         self.state = RobotState(q, dq, self._now())
-        self.state_wall = self.state.stamp
+        self.state_watchdog.feed(self.state.stamp)
         if first:
             self.controller.reset(self.state)
             self.get_logger().info(f"first joint state (stamp {stamp_to_seconds(msg.header.stamp):.3f}): holding")
@@ -139,9 +141,9 @@ class ControllerNode(Node):
         now = self._now()
         if self.state is None:
             return  # nothing measured yet: publish nothing rather than a guess
-        if now - self.state_wall > self.config.state_timeout_s:
+        if self.state_watchdog.stale(now):
             if self.controller.mode.value != "estop":
-                self.controller.estop(now, f"joint_states stale for {now - self.state_wall:.3f} s")
+                self.controller.estop(now, f"joint_states stale for {self.state_watchdog.age(now):.3f} s")
             torques = np.zeros(self.controller.n_commands)
         else:
             state = RobotState(self.state.q, self.state.dq, now)

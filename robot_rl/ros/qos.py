@@ -7,7 +7,10 @@ events that must not be dropped. Sensor streams use rclpy's ``qos_profile_sensor
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
+from collections.abc import Callable
 
 from rclpy.impl.rcutils_logger import RcutilsLogger
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -17,23 +20,44 @@ EVENTS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class RateLimitedWarnings:
-    """Log each distinct warning at most once per ``period`` seconds.
+    """Log warnings at a bounded rate: each key at most once per ``period``, all keys at most ``max_lines``.
 
-    rclpy's ``throttle_duration_sec`` throttles per call site, so two different refusals logged from one
-    callback would hide each other; this keys on the text instead.
+    A barrage of bad messages (a policy streaming NaN targets at 1 kHz) must not flood the log, yet two
+    different refusals from one callback must not hide each other, as rclpy's per-call-site
+    ``throttle_duration_sec`` would make them. Callers key a warning by its cause (e.g. the topic), not by
+    its text, which often holds the offending values; suppressed lines are counted into the next one.
     """
 
-    def __init__(self, logger: RcutilsLogger, period: float = 1.0, max_keys: int = 256) -> None:
+    def __init__(self, logger: RcutilsLogger, period: float = 1.0, max_keys: int = 256, max_lines: int = 10,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if period <= 0 or max_keys < 1 or max_lines < 1:
+            raise ValueError("RateLimitedWarnings: period, max_keys and max_lines must be positive")
         self.logger = logger
         self.period = period
         self.max_keys = max_keys
+        self.max_lines = max_lines
+        self.clock = clock
         self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._recent: deque[float] = deque()
 
-    def __call__(self, text: str) -> None:
-        """Warn with ``text`` unless the same text was logged less than ``period`` ago."""
-        now = time.monotonic()
-        if now - self._last.get(text, -1e9) >= self.period:
-            if len(self._last) >= self.max_keys:
-                self._last.clear()
-            self._last[text] = now
-            self.logger.warn(text)
+    def __call__(self, text: str, key: str | None = None) -> bool:
+        """Warn with ``text`` unless its ``key`` (default: the text) or the line budget forbids; True if written.
+
+        A key logged less than ``period`` ago, or ``max_lines`` lines in the last ``period``, suppress it.
+        """
+        now = self.clock()
+        key = text if key is None else key
+        while self._recent and now - self._recent[0] >= self.period:
+            self._recent.popleft()
+        if now - self._last.get(key, -math.inf) < self.period or len(self._recent) >= self.max_lines:
+            if key in self._suppressed or len(self._suppressed) < self.max_keys:
+                self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False
+        if len(self._last) >= self.max_keys:
+            self._last.clear()
+        self._last[key] = now
+        self._recent.append(now)
+        skipped = self._suppressed.pop(key, 0)
+        self.logger.warn(text + (f" ({skipped} similar suppressed)" if skipped else ""))
+        return True

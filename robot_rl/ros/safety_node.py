@@ -21,6 +21,7 @@ from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
+from robot_rl.control.watchdog import Watchdog
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED
@@ -65,7 +66,8 @@ class SafetyNode(Node):
         cfg = self.config = declare_config(self, SafetyNodeConfig)
         self.estop = False
         self.reason = "startup"
-        self.last_seen: dict[str, float | None] = {t: None for t in cfg.watched_topics}
+        self.watchdogs = {t: Watchdog(age) for t, age in zip(cfg.watched_topics, cfg.max_age_s)}
+        """One per watched topic, fed with the monotonic time of each message."""
         self.pub_estop = self.create_publisher(Bool, "safety/estop", LATCHED)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         for topic, type_name in zip(cfg.watched_topics, cfg.watched_types):
@@ -78,13 +80,12 @@ class SafetyNode(Node):
 
     def _seen(self, topic: str) -> Callable[[object], None]:
         def callback(_msg: object) -> None:
-            self.last_seen[topic] = time.monotonic()
+            self.watchdogs[topic].feed(time.monotonic())
         return callback
 
     def _stale(self) -> list[str]:
         now = time.monotonic()
-        return [t for t, age in zip(self.config.watched_topics, self.config.max_age_s)
-                if (seen := self.last_seen[t]) is not None and now - seen > age]
+        return [t for t, w in self.watchdogs.items() if w.went_silent(now)]
 
     def _set(self, estop: bool, reason: str) -> None:
         changed = estop != self.estop or reason == "startup"
@@ -122,14 +123,14 @@ class SafetyNode(Node):
                                   level=DiagnosticStatus.ERROR if self.estop else DiagnosticStatus.OK,
                                   message=("ENGAGED: " if self.estop else "clear: ") + self.reason)
         array.status.append(status)
-        for topic, max_age in zip(self.config.watched_topics, self.config.max_age_s):
-            seen = self.last_seen[topic]
-            if seen is None:
+        for topic, watchdog in self.watchdogs.items():
+            max_age = watchdog.timeout
+            if not watchdog.fed:
                 level, message, age = DiagnosticStatus.WARN, "no message yet", "inf"
             else:
-                stale = now - seen > max_age
+                stale = watchdog.stale(now)
                 level = DiagnosticStatus.STALE if stale else DiagnosticStatus.OK
-                message, age = ("stale" if stale else "alive"), f"{now - seen:.3f}"
+                message, age = ("stale" if stale else "alive"), f"{watchdog.age(now):.3f}"
             array.status.append(DiagnosticStatus(name=f"robot_rl/topic/{topic}", hardware_id="robot_rl",
                                                  level=level, message=message,
                                                  values=[KeyValue(key="age_s", value=age),

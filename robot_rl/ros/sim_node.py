@@ -34,7 +34,6 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float64, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
-from robot_rl.control.targets import FlightTarget
 from robot_rl.ros.conversions import image_to_msg, joint_state_to_msg, ns_to_stamp, pose_to_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
@@ -87,7 +86,8 @@ class SimNode(Node):
                              if emb.gripper_joints else np.zeros(0, dtype=int))
         self.pub_clock = self.create_publisher(Clock, "/clock", 10) if cfg.publish_clock else None
         self.pub_joints = self.create_publisher(JointState, "joint_states", 10)
-        self.pub_pose = self.create_publisher(PoseStamped, "current_pose", 10) if cfg.robot == "panda" else None
+        self.pub_pose = (self.create_publisher(PoseStamped, "current_pose", 10) if self.sim.description.has_ee
+                         else None)
         self.pub_object = (self.create_publisher(PoseStamped, "task/object_pose", 10)
                            if self.sim.object_pose() is not None else None)
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
@@ -117,10 +117,7 @@ class SimNode(Node):
     # --- inputs -------------------------------------------------------------------------------------------------
     def _pose_or_flight(self, msg: PoseStamped) -> object:
         pose = pose_target_from_msg(msg, self.config.base_frame)
-        if self.config.robot != "cf2x":
-            return pose
-        w, x, y, z = pose.quat
-        return FlightTarget(pose.position, yaw=float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))))
+        return self.sim.pose_target(pose.position, pose.quat)  # a flight setpoint for a robot that flies
 
     def _gripper(self, msg: Float64, source: str) -> None:
         if (source == "human") != self.human:
@@ -134,7 +131,7 @@ class SimNode(Node):
         try:
             self.sim.set_effort(np.asarray(msg.data))
         except ValueError as exc:
-            self._warn(f"rejected effort_controller/commands: {exc}")
+            self._warn(f"rejected effort_controller/commands: {exc}", "effort_controller/commands")
 
     def _on_intervention(self, msg: Bool) -> None:
         if bool(msg.data) != self.human:

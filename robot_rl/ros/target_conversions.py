@@ -70,11 +70,12 @@ def stiffness_target_from_msg(msg: Float64MultiArray) -> StiffnessTarget:
 
 def subscribe_targets(node: Node, joint_names: Sequence[str], pose_convert: Callable[[PoseStamped], object],
                       submit: Callable[[object, str], bool], refusal: Callable[[], str],
-                      warn: Callable[[str], None]) -> None:
+                      warn: Callable[[str, str], object]) -> None:
     """Subscribe the CRISP command topics (source "policy") and ``teleop/target_pose`` (source "human").
 
     Each message is converted, handed to ``submit(target, source)`` (e.g. a SafetyLayer's ``submit``) and
-    every refusal is passed to ``warn`` with the topic and the reason (``refusal()`` when ``submit`` says no).
+    every refusal is passed to ``warn(text, key)`` with the topic and the reason (``refusal()`` when ``submit``
+    says no), keyed by the topic so a :class:`~robot_rl.ros.qos.RateLimitedWarnings` bounds a barrage.
     """
     routes: list[tuple[Any, str, str, Callable[[Any], object]]] = [
         (PoseStamped, "target_pose", "policy", pose_convert),
@@ -89,8 +90,8 @@ def subscribe_targets(node: Node, joint_names: Sequence[str], pose_convert: Call
             try:
                 target = convert(msg)
             except (TargetRejected, ValueError) as exc:
-                warn(f"rejected {topic}: {exc}")
+                warn(f"rejected {topic}: {exc}", topic)
                 return
             if not submit(target, source):
-                warn(f"rejected {topic}: {refusal()}")
+                warn(f"rejected {topic}: {refusal()}", topic)
         node.create_subscription(msg_type, topic, callback, 10)

@@ -6,8 +6,10 @@ therefore puts this gate in front of CRISP: the policy publishes on ``policy/tar
 node on ``teleop/target_pose``, and the gate alone publishes CRISP's ``target_pose`` at ``rate_hz``
 (latched re-publishing, as crisp_py does). It forwards the human's target while the latched
 ``intervention`` flag is set and the policy's otherwise, refuses NaN / non-unit / out-of-workspace
-targets (the last good one stays), and holds the measured ``current_pose`` when the source goes stale
-(``watchdog_timeout_s``) or ``safety/estop`` is engaged. The gripper target is forwarded the same way.
+targets (the last good one stays; the box is ``safety.workspace_low/high`` of ``controllers/<robot>.yaml``,
+the one the safety layer and the envs use, checked by the same :func:`check_pose_target`), and holds the
+measured ``current_pose`` when the source goes stale (``watchdog_timeout_s``, the same :class:`Watchdog`)
+or ``safety/estop`` is engaged. The gripper target is forwarded the same way.
 
 The gate cannot cut motor power: on real hardware the robot's own e-stop button stays the e-stop.
 """
@@ -23,7 +25,12 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import Bool, Float64, String
 
+from robot_rl.control.base import TargetRejected
+from robot_rl.control.config import load_control_config
+from robot_rl.control.targets import PoseTarget
+from robot_rl.control.watchdog import Watchdog, check_pose_target
 from robot_rl.core.spaces import SpecError
+from robot_rl.robots import DESCRIPTIONS
 from robot_rl.ros.conversions import pose_from_msg, pose_to_msg
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
@@ -34,22 +41,18 @@ from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
 class TargetGateConfig:
     """Target gate parameters."""
 
+    robot: str = "panda"
+    """Robot whose ``controllers/<robot>.yaml`` safety box bounds the targets."""
     rate_hz: float = 50.0
     """Rate at which CRISP's target_pose is (re-)published."""
     watchdog_timeout_s: float = 0.5
     """A source silent for longer than this is stale: the gate holds the measured pose."""
-    workspace_low: tuple[float, ...] = (0.2, -0.6, 0.0)
-    """Lower corner of the allowed target box, base frame [m]."""
-    workspace_high: tuple[float, ...] = (0.8, 0.6, 0.8)
-    """Upper corner of the allowed target box, base frame [m]."""
     base_frame: str = "base"
     """Frame of all poses."""
 
     def __post_init__(self) -> None:
-        if len(self.workspace_low) != 3 or len(self.workspace_high) != 3:
-            raise ValueError("workspace_low/high need 3 values each")
-        if np.any(np.asarray(self.workspace_low) >= np.asarray(self.workspace_high)):
-            raise ValueError("workspace_low must be below workspace_high on every axis")
+        if self.robot not in DESCRIPTIONS:
+            raise ValueError(f"robot must be one of {sorted(DESCRIPTIONS)}, got {self.robot!r}")
         if not 1 <= self.rate_hz <= 1000 or self.watchdog_timeout_s <= 0:
             raise ValueError("rate_hz must be in [1, 1000] and watchdog_timeout_s positive")
 
@@ -60,8 +63,9 @@ class TargetGateNode(Node):
     def __init__(self) -> None:
         super().__init__("target_gate")
         cfg = self.config = declare_config(self, TargetGateConfig)
-        self.lo, self.hi = np.asarray(cfg.workspace_low), np.asarray(cfg.workspace_high)
-        self.targets: dict[str, tuple[np.ndarray, np.ndarray, float] | None] = {"policy": None, "human": None}
+        self.box = load_control_config(cfg.robot).safety.workspace
+        self.targets: dict[str, PoseTarget | None] = {"policy": None, "human": None}
+        self.watchdogs = {s: Watchdog(cfg.watchdog_timeout_s) for s in self.targets}
         self.grippers: dict[str, float | None] = {"policy": None, "human": None}
         self.current: tuple[np.ndarray, np.ndarray] | None = None
         self.hold: tuple[np.ndarray, np.ndarray] | None = None
@@ -84,14 +88,12 @@ class TargetGateNode(Node):
 
     def _on_target(self, msg: PoseStamped, source: str) -> None:
         try:
-            position, quat = pose_from_msg(msg, self.config.base_frame)
-        except SpecError as exc:
-            self._warn(f"rejected {source} target: {exc}")
+            target = check_pose_target(PoseTarget(*pose_from_msg(msg, self.config.base_frame)), self.box)
+        except (SpecError, TargetRejected) as exc:
+            self._warn(f"rejected {source} target: {exc}", f"{source} target")
             return
-        if np.any(position < self.lo) or np.any(position > self.hi):
-            self._warn(f"rejected {source} target: {np.round(position, 3).tolist()} outside the workspace box")
-            return
-        self.targets[source] = (position, quat, time.monotonic())
+        self.targets[source] = target
+        self.watchdogs[source].feed(time.monotonic())
 
     def _on_gripper(self, msg: Float64, source: str) -> None:
         if np.isfinite(msg.data):
@@ -101,12 +103,14 @@ class TargetGateNode(Node):
         try:
             self.current = pose_from_msg(msg)
         except SpecError as exc:
-            self._warn(f"ignoring current_pose: {exc}")
+            self._warn(f"ignoring current_pose: {exc}", "current_pose")
 
     def _on_intervention(self, msg: Bool) -> None:
         if bool(msg.data) != self.human:
             self.human = bool(msg.data)
-            self.targets["human" if self.human else "policy"] = None  # the new source must speak first
+            new = "human" if self.human else "policy"
+            self.targets[new] = None  # the new source must speak first
+            self.watchdogs[new].clear()
 
     def _on_estop(self, msg: Bool) -> None:
         self.estop = bool(msg.data)
@@ -114,15 +118,14 @@ class TargetGateNode(Node):
     def _tick(self) -> None:
         source = "human" if self.human else "policy"
         target = self.targets[source]
-        fresh = target is not None and time.monotonic() - target[2] <= self.config.watchdog_timeout_s
-        if self.estop or not fresh:
+        if self.estop or target is None or self.watchdogs[source].stale(time.monotonic()):
             state = "estop" if self.estop else f"hold ({source} stale)"
             if self.hold is None and self.current is not None:
                 self.hold = self.current  # freeze where the arm is now, not where it drifts to
             pose = self.hold
         else:
             assert target is not None
-            state, pose, self.hold = f"forwarding {source}", (target[0], target[1]), None
+            state, pose, self.hold = f"forwarding {source}", (target.position, target.quat), None
         if state != self.state:
             self.state = state
             self.pub_state.publish(String(data=state))

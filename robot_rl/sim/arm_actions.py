@@ -1,7 +1,8 @@
 """Cartesian delta actions -> absolute tool targets, by the rule of the simulated arm envs.
 
 A policy trained on ``robot_rl/Arm*-v0`` emits ``delta_pose`` in [-1, 1]^6. The env turns it into a
-target: position = measured tcp + delta * MAX_LIN_SPEED / policy_hz (clipped to the workspace box),
+target: position = measured tcp + delta * MAX_LIN_SPEED / policy_hz (clipped to the robot's workspace box,
+``safety.workspace_low/high`` of ``controllers/<robot>.yaml``, the box the safety layer and target gate enforce),
 orientation = roll-pitch-yaw increment * MAX_ANG_SPEED / policy_hz applied to the previous target. The
 ROS policy node needs the very same rule to drive the same policy through ``target_pose``, so both
 use :class:`CartesianDeltaIntegrator`.
@@ -15,15 +16,33 @@ import mujoco
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from robot_rl.control.config import load_control_config
 from robot_rl.control.rotations import mat_to_quat, quat_to_mat
+from robot_rl.control.watchdog import WorkspaceBox
+from robot_rl.core.config import ConfigError
 
 MAX_LIN_SPEED = 0.4
 """Largest commanded tcp speed [m/s] at action magnitude 1."""
 MAX_ANG_SPEED = 1.5
 """Largest commanded tcp angular speed [rad/s] at action magnitude 1."""
-WORKSPACE_LOW = np.array([0.25, -0.4, 0.005])
-WORKSPACE_HIGH = np.array([0.8, 0.4, 0.6])
-"""Box the tcp target is clipped into [m] (robot base frame = world)."""
+
+
+def workspace(robot: str = "panda") -> WorkspaceBox:
+    """The robot's workspace box from ``controllers/<robot>.yaml``.
+
+    Raises:
+        ConfigError: when the yaml gives no box.
+    """
+    box = load_control_config(robot).safety.workspace
+    if box is None:
+        raise ConfigError(f"controllers/{robot}.yaml: safety.workspace_low/high are needed for Cartesian targets")
+    return box
+
+
+WORKSPACE = workspace("panda")
+"""The Panda box the tcp target is clipped into [m] (robot base frame = world); the arm envs use it."""
+WORKSPACE_LOW = WORKSPACE.low_array
+WORKSPACE_HIGH = WORKSPACE.high_array
 
 
 def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
@@ -38,9 +57,10 @@ def rpy_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
 class CartesianDeltaIntegrator:
     """Keeps the orientation target and turns each delta action into an absolute (position, quat wxyz)."""
 
-    def __init__(self, policy_hz: float) -> None:
+    def __init__(self, policy_hz: float, box: WorkspaceBox = WORKSPACE) -> None:
         if policy_hz <= 0:
             raise ValueError(f"policy_hz must be positive, got {policy_hz}")
+        self.box = box
         self.step_lin = MAX_LIN_SPEED / policy_hz
         self.step_ang = MAX_ANG_SPEED / policy_hz
         self.tcp: np.ndarray | None = None
@@ -65,7 +85,7 @@ class CartesianDeltaIntegrator:
         if self.tcp is None or self.target_rot is None:
             raise RuntimeError("CartesianDeltaIntegrator.step before any observed tool pose")
         d = np.clip(np.asarray(delta, dtype=np.float64), -1.0, 1.0)
-        position = np.clip(self.tcp + d[:3] * self.step_lin, WORKSPACE_LOW, WORKSPACE_HIGH)
+        position = self.box.clip(self.tcp + d[:3] * self.step_lin)
         self.target_rot = rpy_matrix(*(d[3:] * self.step_ang)) @ self.target_rot
         return position, mat_to_quat(self.target_rot)
 

@@ -2,27 +2,19 @@
 
 Envs talk to a :class:`SimBackend` only: load a model, reset the state, step the physics with a
 controller callback evaluated at EVERY physics step (``mj_step1`` -> callback -> ``mj_step2``), read
-named quantities and render. Another engine (Isaac, Genesis) would implement the same methods.
+named quantities and render. Another engine (Isaac, Genesis) would implement the same methods. The
+MuJoCo stepping itself is :func:`robot_rl.control.stepping.step_physics`, the loop every runtime shares.
 """
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import mujoco
 import numpy as np
 
-ControlCallback = Callable[[], np.ndarray]
-"""Called between ``mj_step1`` and ``mj_step2``; returns the commands of the controlled actuators."""
-
-_DIVERGENCE_WARNINGS = (
-    mujoco.mjtWarning.mjWARN_BADQACC,
-    mujoco.mjtWarning.mjWARN_BADQPOS,
-    mujoco.mjtWarning.mjWARN_BADQVEL,
-    mujoco.mjtWarning.mjWARN_BADCTRL,
-)
+from robot_rl.control.stepping import ControlCallback, step_physics
 
 
 class SimBackend(ABC):
@@ -82,31 +74,9 @@ class MujocoBackend(SimBackend):
         self.data.qvel[:] = qvel
         mujoco.mj_forward(self.model, self.data)
 
-    def _warning_count(self) -> int:
-        return int(sum(self.data.warning[w].number for w in _DIVERGENCE_WARNINGS))
-
     def step(self, n: int, actuators: np.ndarray, control: ControlCallback) -> str:
-        """Run ``n`` steps of mj_step1 -> control() -> mj_step2; return a divergence reason or ""."""
-        m, d = self.model, self.data
-        warnings_before = self._warning_count()
-        for _ in range(n):
-            mujoco.mj_step1(m, d)
-            u = control()
-            if not math.isfinite(float(np.sum(u))):  # any NaN/inf makes the sum non-finite (cheapest check)
-                return "controller produced a non-finite command"
-            d.ctrl[actuators] = u
-            mujoco.mj_step2(m, d)
-        if self._warning_count() != warnings_before:  # MuJoCo counts and auto-resets; checked once per call
-            return "physics diverged (MuJoCo warning: " + self._last_warning() + ")"
-        if not (np.all(np.isfinite(d.qpos)) and np.all(np.isfinite(d.qvel))):
-            return "physics diverged (non-finite state)"
-        return ""
-
-    def _last_warning(self) -> str:
-        for w in _DIVERGENCE_WARNINGS:
-            if self.data.warning[w].number:
-                return mujoco.mjtWarning(w).name
-        return "unknown"
+        """Run ``n`` steps of mj_step1 -> control() -> mj_step2 (:func:`step_physics`); a divergence reason or ""."""
+        return step_physics(self.model, self.data, n, actuators, control)
 
     def apply_body_force(self, body: str, force: Sequence[float] | np.ndarray) -> None:
         """Set an external world-frame force [N] on a body's CoM until changed (pushes)."""

@@ -39,14 +39,6 @@ def _sample(rng: np.random.Generator, bounds: tuple[float, float]) -> float:
     return float(bounds[0]) if bounds[0] == bounds[1] else float(rng.uniform(*bounds))
 
 
-def as_slice(indices: np.ndarray) -> slice | np.ndarray:
-    """A slice when ``indices`` are consecutive (views are cheaper than fancy indexing every physics step)."""
-    idx = np.asarray(indices)
-    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
-        return slice(int(idx[0]), int(idx[0]) + idx.size)
-    return idx
-
-
 class RobotEnv(gym.Env):
     """Base class: subclasses build the model and define observations, actions, control and rewards."""
 

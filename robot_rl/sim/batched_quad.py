@@ -21,8 +21,7 @@ from gymnasium.vector import AutoresetMode
 from mujoco import batch as mj_batch
 
 from robot_rl.core import SpecError
-from robot_rl.robots import cf2x
-from robot_rl.sim import scenes
+from robot_rl.robots import cf2x, scenes
 from robot_rl.sim.envs.quad_base import INERTIA, MAX_BODY_RATE, MAX_DISTANCE, MAX_TILT_COS, MIN_HEIGHT, RATE_GAIN
 from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE, SUCCESS_SPEED, QuadHoverEnv
 
@@ -74,19 +73,19 @@ class BatchedQuadHover(gym.vector.VectorEnv):
             pos = GOAL + rng.uniform(-0.5, 0.5, 3)
             quat = np.zeros(4)
             mujoco.mju_euler2Quat(quat, rng.uniform(-0.2, 0.2, 3), "xyz")
-            self.qpos[i, cf2x.QPOS_POS], self.qpos[i, cf2x.QPOS_QUAT] = pos, quat
+            self.qpos[i, cf2x.QPOS_BASE_POS], self.qpos[i, cf2x.QPOS_BASE_QUAT] = pos, quat
             self.qvel[i] = 0.0
-            self.qvel[i, cf2x.QVEL_LINVEL] = rng.uniform(-0.2, 0.2, 3)
+            self.qvel[i, cf2x.QVEL_BASE_LINVEL] = rng.uniform(-0.2, 0.2, 3)
         self.batch.forward(ids)
         self._steps[ids] = 0
 
     def _observe(self) -> dict[str, np.ndarray]:
         n = self.num_envs
         return {
-            "position": self.qpos[:, cf2x.QPOS_POS].astype(np.float32),
-            "quat": self.qpos[:, cf2x.QPOS_QUAT].astype(np.float32),
-            "linvel": self.qvel[:, cf2x.QVEL_LINVEL].astype(np.float32),
-            "angvel": self.qvel[:, cf2x.QVEL_ANGVEL].astype(np.float32),
+            "position": self.qpos[:, cf2x.QPOS_BASE_POS].astype(np.float32),
+            "quat": self.qpos[:, cf2x.QPOS_BASE_QUAT].astype(np.float32),
+            "linvel": self.qvel[:, cf2x.QVEL_BASE_LINVEL].astype(np.float32),
+            "angvel": self.qvel[:, cf2x.QVEL_BASE_ANGVEL].astype(np.float32),
             "goal_pos": np.tile(GOAL, (n, 1)).astype(np.float32),
             "goal_vel": np.zeros((n, 3), np.float32),
         }
@@ -120,21 +119,21 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         wrench[:, 0] = collective
         yaw = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE
         for _ in range(self.substeps):
-            w = self.qvel[:, cf2x.QVEL_ANGVEL]
+            w = self.qvel[:, cf2x.QVEL_BASE_ANGVEL]
             wrench[:, 1:] = INERTIA * RATE_GAIN * (rates - w) + np.cross(w, INERTIA * w)
             thrusts = np.clip(wrench @ self.mixer_inv.T, cf2x.THRUST_MIN, cf2x.THRUST_MAX)
             self.ctrl[:, cf2x.CTRL_THRUST] = thrusts
             self.ctrl[:, cf2x.CTRL_YAW_TORQUE] = thrusts * yaw
             self.batch.step()
         self._steps += 1
-        pos, vel = self.qpos[:, cf2x.QPOS_POS], self.qvel[:, cf2x.QVEL_LINVEL]
-        z_axis = _quat_z_axis(self.qpos[:, cf2x.QPOS_QUAT])
+        pos, vel = self.qpos[:, cf2x.QPOS_BASE_POS], self.qvel[:, cf2x.QVEL_BASE_LINVEL]
+        z_axis = _quat_z_axis(self.qpos[:, cf2x.QPOS_BASE_QUAT])
         dist = np.linalg.norm(pos - GOAL, axis=1)
         terms = {
             "position": -dist,
             "velocity": -0.1 * np.linalg.norm(vel, axis=1),
             "upright": -0.2 * (1.0 - z_axis[:, 2]),
-            "body_rates": -0.01 * np.linalg.norm(self.qvel[:, cf2x.QVEL_ANGVEL], axis=1),
+            "body_rates": -0.01 * np.linalg.norm(self.qvel[:, cf2x.QVEL_BASE_ANGVEL], axis=1),
             "alive": np.full(self.num_envs, 0.5),
         }
         diverged = ~np.all(np.isfinite(self.qpos), axis=1)

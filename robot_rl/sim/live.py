@@ -2,7 +2,8 @@
 
 Gymnasium envs step from policy actions; a ROS graph instead streams targets (CRISP ``target_pose``,
 ``target_joint``, ...) at its own pace while the controller runs at every physics step. :class:`LiveSim`
-is that second shape: the scene of ``robot``, the controller from ``controllers/<robot>.yaml`` built by
+is that second shape: the scene of ``robot`` (read from its :class:`~robot_rl.robots.RobotDescription`,
+never from its name), the controller from ``controllers/<robot>.yaml`` built by
 :func:`robot_rl.control.config.build_controller` and wrapped in the :class:`SafetyLayer` (watchdog,
 blend-in, human override, e-stop), and methods to submit targets and read the state. It is pure core,
 so the ROS sim node only converts messages, and tests can drive it without ROS.
@@ -18,8 +19,10 @@ import numpy as np
 from robot_rl.control.base import RobotState
 from robot_rl.control.config import build_controller
 from robot_rl.control.safety import SafetyLayer, SafetyStatus
-from robot_rl.robots import actuator_indices, dof_indices, qpos_indices, robot_module
-from robot_rl.sim import scenes
+from robot_rl.control.stepping import StateIndex
+from robot_rl.control.targets import FlightTarget, PoseTarget
+from robot_rl.control.watchdog import Watchdog
+from robot_rl.robots import DESCRIPTIONS, actuator_indices, description
 from robot_rl.sim.backend import MujocoBackend
 
 
@@ -28,13 +31,13 @@ class LiveSimConfig:
     """What to simulate and how fast."""
 
     robot: str = "panda"
-    """panda | g1 | cf2x."""
+    """A robot with a description in ``robot_rl.robots.DESCRIPTIONS`` (panda | g1 | cf2x)."""
     physics_hz: float = 500.0
     """Physics (and controller) rate [Hz]."""
     controller: str = ""
     """Controller section of controllers/<robot>.yaml (cartesian | joint | quadrotor); "" = its default."""
     with_object: bool = True
-    """Arm scenes: put the cube on the table."""
+    """Scenes with a task object (the arm's table): put it in."""
     effort_input: bool = False
     """Emulate a torque-controlled robot: apply joint torques given to :meth:`LiveSim.set_effort` (e.g. from
     an external controller node) instead of running the controller; stale commands become zero torque."""
@@ -42,10 +45,12 @@ class LiveSimConfig:
     """With ``effort_input``: torque commands older than this [s, sim time] are replaced by zeros."""
 
     def __post_init__(self) -> None:
-        if self.robot not in ("panda", "g1", "cf2x"):
-            raise ValueError(f"robot must be panda, g1 or cf2x, got {self.robot!r}")
+        if self.robot not in DESCRIPTIONS:
+            raise ValueError(f"robot must be one of {sorted(DESCRIPTIONS)}, got {self.robot!r}")
         if not 50 <= self.physics_hz <= 5000:
             raise ValueError(f"physics_hz must be in [50, 5000], got {self.physics_hz}")
+        if not self.effort_timeout_s > 0:
+            raise ValueError(f"effort_timeout_s must be positive, got {self.effort_timeout_s}")
 
 
 class LiveSim:
@@ -53,32 +58,23 @@ class LiveSim:
 
     def __init__(self, config: LiveSimConfig) -> None:
         self.config = config
-        self.robot = robot_module(config.robot)
-        self.embodiment = self.robot.EMBODIMENT
-        spec = {"panda": lambda: scenes.arm_scene(config.with_object), "g1": scenes.humanoid_scene,
-                "cf2x": scenes.quadrotor_scene}[config.robot]()
-        model = spec.compile()
+        desc = self.description = description(config.robot)
+        self.embodiment = desc.embodiment
+        model = desc.build_scene(config.with_object).compile()
         model.opt.timestep = 1.0 / config.physics_hz
         self.backend = MujocoBackend(model)
         self.model, self.data = model, self.backend.data
-        self.floating = config.robot in ("g1", "cf2x")
-        joints = self.embodiment.joint_names
-        self.q_idx = qpos_indices(model, joints) if joints else np.zeros(0, dtype=int)
-        self.dq_idx = dof_indices(model, joints) if joints else np.zeros(0, dtype=int)
+        self.index = StateIndex.from_model(model, self.embodiment.joint_names, desc.base.joint if desc.base else None)
         controller = build_controller(config.robot, model, self.data, mode=config.controller or None)
         assert isinstance(controller, SafetyLayer)
         self.controller: SafetyLayer = controller
-        if config.robot == "panda":
-            self.actuators = actuator_indices(model, (*self.robot.ARM_ACTUATORS, self.robot.GRIPPER_ACTUATOR))
-            self.ee_site = model.site(self.robot.EE_SITE).id
-            self.object_body = model.body(scenes.OBJECT_BODY).id if config.with_object else -1
-        elif config.robot == "g1":
-            self.actuators = actuator_indices(model, self.robot.ACTUATOR_NAMES)
-        else:
-            self.actuators = actuator_indices(model, (*self.robot.THRUST_ACTUATORS, *self.robot.YAW_TORQUE_ACTUATORS))
+        self.actuators = actuator_indices(model, desc.actuators)
+        self.ee_site = model.site(desc.ee_site).id if desc.ee_site else -1
+        has_object = config.with_object and desc.object_body is not None
+        self.object_body = model.body(desc.object_body).id if has_object else -1
         self.gripper = 1.0
         self._effort = np.zeros(self.controller.n_commands)
-        self._effort_time = -np.inf
+        self._effort_watchdog = Watchdog(config.effort_timeout_s)
         self.reset()
 
     # --- state -----------------------------------------------------------------------------------------------
@@ -89,31 +85,41 @@ class LiveSim:
 
     def state(self) -> RobotState:
         """Measured state in embodiment order (plus the floating base for humanoid/quadrotor)."""
-        d = self.data
-        if not self.floating:
-            return RobotState(d.qpos[self.q_idx], d.qvel[self.dq_idx], float(d.time))
-        r = self.robot
-        pos, quat = (r.QPOS_BASE_POS, r.QPOS_BASE_QUAT) if self.config.robot == "g1" else (r.QPOS_POS, r.QPOS_QUAT)
-        lin, ang = (r.QVEL_BASE_LINVEL, r.QVEL_BASE_ANGVEL) if self.config.robot == "g1" else (r.QVEL_LINVEL,
-                                                                                              r.QVEL_ANGVEL)
-        return RobotState(d.qpos[self.q_idx], d.qvel[self.dq_idx], float(d.time), base_pos=d.qpos[pos],
-                          base_quat=d.qpos[quat], base_linvel=d.qvel[lin], base_angvel=d.qvel[ang])
+        return self.index.read(self.data, copy=True)
 
     def joint_efforts(self) -> np.ndarray:
         """Actuator forces of the embodiment joints [Nm]."""
-        return np.asarray(self.data.qfrc_actuator[self.dq_idx], dtype=np.float64).copy()
+        return np.asarray(self.data.qfrc_actuator[self.index.qvel], dtype=np.float64).copy()
 
     def ee_pose(self) -> tuple[np.ndarray, np.ndarray]:
-        """Arm tool centre point: position [m] and quaternion (w, x, y, z) in the base (world) frame."""
+        """Tool centre point: position [m] and quaternion (w, x, y, z) in the base (world) frame.
+
+        Raises:
+            ValueError: for a robot without an end effector.
+        """
+        if self.ee_site < 0:
+            raise ValueError(f"{self.config.robot} has no end effector")
         quat = np.zeros(4)
         mujoco.mju_mat2Quat(quat, self.data.site_xmat[self.ee_site])
         return self.data.site_xpos[self.ee_site].copy(), quat
 
     def object_pose(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The cube's position and quaternion (w, x, y, z) in the world frame, or None without a cube."""
-        if self.config.robot != "panda" or self.object_body < 0:
+        """The task object's position and quaternion (w, x, y, z) in the world frame, or None without one."""
+        if self.object_body < 0:
             return None
         return self.data.xpos[self.object_body].copy(), self.data.xquat[self.object_body].copy()
+
+    def pose_target(self, position: np.ndarray, quat: np.ndarray) -> PoseTarget | FlightTarget:
+        """What a commanded pose means for this robot: a tool pose, or a flight setpoint (position + yaw).
+
+        Raises:
+            TargetRejected: for a non-finite pose or a quaternion far from unit length.
+        """
+        pose = PoseTarget(position, quat)
+        if not self.description.flies:
+            return pose
+        w, x, y, z = pose.quat
+        return FlightTarget(pose.position, yaw=float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))))
 
     @property
     def status(self) -> SafetyStatus:
@@ -123,17 +129,7 @@ class LiveSim:
     # --- commands --------------------------------------------------------------------------------------------
     def reset(self) -> None:
         """Back to the robot's home state; the controller holds it (a latched e-stop stays latched)."""
-        qpos, qvel = self.model.qpos0.copy(), np.zeros(self.model.nv)
-        r = self.robot
-        if self.config.robot == "panda":
-            qpos[self.q_idx] = r.HOME_Q
-            qpos[qpos_indices(self.model, r.GRIPPER_JOINTS)] = r.GRIPPER_MAX_WIDTH / 2
-        elif self.config.robot == "g1":
-            qpos[r.QPOS_BASE_POS] = [0.0, 0.0, r.STAND_BASE_HEIGHT]
-            qpos[self.q_idx] = r.STAND_Q
-        else:
-            qpos[r.QPOS_POS] = [0.0, 0.0, 1.0]
-        self.backend.reset(qpos, qvel)
+        self.backend.reset(self.description.home_qpos(self.model), np.zeros(self.model.nv))
         self.gripper = 1.0
         self.controller.reset(self.state())
 
@@ -171,7 +167,7 @@ class LiveSim:
             raise ValueError(f"effort command: expected {self._effort.size} finite values, got {torques.tolist()}")
         limit = np.asarray(self.embodiment.limits.effort)
         self._effort = np.clip(torques, -limit, limit) if limit.shape == torques.shape else torques
-        self._effort_time = self.time
+        self._effort_watchdog.feed(self.time)
 
     def step(self, n: int = 1) -> str:
         """Advance ``n`` physics steps with the controller at every step; "" or why the sim diverged."""
@@ -179,15 +175,10 @@ class LiveSim:
 
     def _control(self) -> np.ndarray:
         if self.config.effort_input:
-            fresh = self.time - self._effort_time <= self.config.effort_timeout_s
-            cmd = self._effort if fresh else np.zeros_like(self._effort)
+            cmd = np.zeros_like(self._effort) if self._effort_watchdog.stale(self.time) else self._effort
         else:
-            cmd = self.controller.compute(self.state(), self.time)
-        if self.config.robot == "panda":
-            return np.r_[cmd, self.gripper * self.robot.GRIPPER_CTRL_OPEN]
-        if self.config.robot == "cf2x":
-            return np.asarray(self.robot.rotor_commands(cmd), dtype=np.float64)
-        return cmd
+            cmd = self.controller.compute(self.index.read(self.data), self.time)
+        return self.description.actuate(cmd, self.gripper)
 
     def render(self, camera: str, height: int, width: int) -> np.ndarray:
         """RGB uint8 image from a named scene camera."""

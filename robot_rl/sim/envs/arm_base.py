@@ -28,10 +28,10 @@ from robot_rl.control.base import Controller, RobotState
 from robot_rl.control.cartesian import CartesianConfig, CartesianImpedanceController
 from robot_rl.control.joint_pd import JointPDConfig, JointPDController
 from robot_rl.control.rotations import mat_to_quat
+from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import JointTarget, PoseTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
-from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices
-from robot_rl.sim import scenes
+from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices, scenes
 from robot_rl.sim.arm_actions import (  # noqa: F401 - re-exported for the experts and tests
     MAX_ANG_SPEED,
     MAX_LIN_SPEED,
@@ -40,7 +40,7 @@ from robot_rl.sim.arm_actions import (  # noqa: F401 - re-exported for the exper
     CartesianDeltaIntegrator,
     rpy_matrix,
 )
-from robot_rl.sim.base_env import RobotEnv, as_slice
+from robot_rl.sim.base_env import RobotEnv
 from robot_rl.sim.ik import DiffIK
 
 KP = (600.0, 600.0, 600.0, 600.0, 250.0, 150.0, 50.0)
@@ -74,7 +74,7 @@ class ArmEnv(RobotEnv):
             raise SpecError(f"control_mode: arm tasks accept cartesian_delta or joint_position, got {self.mode.value}")
         self.q_idx = qpos_indices(m, panda.JOINT_NAMES)
         self.dq_idx = dof_indices(m, panda.JOINT_NAMES)
-        self._q_view, self._dq_view = as_slice(self.q_idx), as_slice(self.dq_idx)
+        self.state_index = StateIndex.from_model(m, panda.JOINT_NAMES)
         self.finger_idx = qpos_indices(m, panda.GRIPPER_JOINTS)
         self.arm_act = actuator_indices(m, panda.ARM_ACTUATORS)
         self.grip_act = actuator_indices(m, [panda.GRIPPER_ACTUATOR])
@@ -165,8 +165,7 @@ class ArmEnv(RobotEnv):
 
     def robot_state(self) -> RobotState:
         """Measured arm state in the controller's terms."""
-        d = self.data
-        return RobotState(d.qpos[self._q_view], d.qvel[self._dq_view], float(d.time))
+        return self.state_index.read(self.data)
 
     # ---- control --------------------------------------------------------------------------------
     def _apply_action(self, action: dict[str, np.ndarray]) -> None:

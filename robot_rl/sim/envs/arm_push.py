@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.sim import scenes
+from robot_rl.robots import scenes
 from robot_rl.sim.envs.arm_base import ArmEnv
 
 SUCCESS_DISTANCE = 0.04

@@ -18,11 +18,11 @@ import numpy as np
 from robot_rl.control.base import RobotState
 from robot_rl.control.joint_pd import JointPDConfig, JointPDController
 from robot_rl.control.rotations import quat_to_mat
+from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import JointTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
-from robot_rl.robots import actuator_indices, dof_indices, g1, qpos_indices
-from robot_rl.sim import scenes
-from robot_rl.sim.base_env import RobotEnv, as_slice
+from robot_rl.robots import actuator_indices, dof_indices, g1, qpos_indices, scenes
+from robot_rl.sim.base_env import RobotEnv
 
 ACTION_SCALE = 0.5
 """Radians of joint-target offset at action magnitude 1."""
@@ -57,7 +57,7 @@ class HumanoidEnv(RobotEnv):
             raise SpecError(f"control_mode: humanoid tasks accept joint_position, got {self.mode.value}")
         self.q_idx = qpos_indices(m, g1.JOINT_NAMES)
         self.dq_idx = dof_indices(m, g1.JOINT_NAMES)
-        self._q_view, self._dq_view = as_slice(self.q_idx), as_slice(self.dq_idx)
+        self.state_index = StateIndex.from_model(m, g1.JOINT_NAMES)
         self.act_idx = actuator_indices(m, g1.ACTUATOR_NAMES)
         self.pelvis = m.body(g1.PELVIS_BODY).id
         self.goal_mocap = int(m.body_mocapid[m.body(scenes.GOAL_BODY).id])
@@ -101,8 +101,7 @@ class HumanoidEnv(RobotEnv):
 
     def robot_state(self) -> RobotState:
         """Measured state in the controller's terms."""
-        d = self.data
-        return RobotState(d.qpos[self._q_view], d.qvel[self._dq_view], float(d.time))
+        return self.state_index.read(self.data)
 
     def _initial_qpos(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         qpos = self.model.qpos0.copy()

@@ -22,8 +22,7 @@ import numpy as np
 
 from robot_rl.control.rotations import quat_to_mat
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
-from robot_rl.robots import actuator_indices, cf2x
-from robot_rl.sim import scenes
+from robot_rl.robots import actuator_indices, cf2x, scenes
 from robot_rl.sim.base_env import RobotEnv
 
 MAX_BODY_RATE = 8.0
@@ -90,8 +89,8 @@ class QuadEnv(RobotEnv):
     def state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Position, quaternion (wxyz), world linear velocity, body angular velocity."""
         q, v = self.data.qpos, self.data.qvel
-        return (q[cf2x.QPOS_POS].copy(), q[cf2x.QPOS_QUAT].copy(), v[cf2x.QVEL_LINVEL].copy(),
-                v[cf2x.QVEL_ANGVEL].copy())
+        return (q[cf2x.QPOS_BASE_POS].copy(), q[cf2x.QPOS_BASE_QUAT].copy(), v[cf2x.QVEL_BASE_LINVEL].copy(),
+                v[cf2x.QVEL_BASE_ANGVEL].copy())
 
     def _goal_at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Goal position and velocity at time ``t``; hover keeps it fixed."""
@@ -99,13 +98,13 @@ class QuadEnv(RobotEnv):
 
     def _initial_state(self, rng: np.random.Generator, spread: float) -> tuple[np.ndarray, np.ndarray]:
         qpos = self.model.qpos0.copy()
-        qpos[cf2x.QPOS_POS] = self.goal + rng.uniform(-spread, spread, 3)
+        qpos[cf2x.QPOS_BASE_POS] = self.goal + rng.uniform(-spread, spread, 3)
         rpy = rng.uniform(-0.2, 0.2, 3)
         quat = np.zeros(4)
         mujoco.mju_euler2Quat(quat, rpy, "xyz")
-        qpos[cf2x.QPOS_QUAT] = quat
+        qpos[cf2x.QPOS_BASE_QUAT] = quat
         qvel = np.zeros(self.model.nv)
-        qvel[cf2x.QVEL_LINVEL] = rng.uniform(-0.2, 0.2, 3)
+        qvel[cf2x.QVEL_BASE_LINVEL] = rng.uniform(-0.2, 0.2, 3)
         return qpos, qvel
 
     def _reset_controller(self) -> None:
@@ -130,7 +129,7 @@ class QuadEnv(RobotEnv):
     def _control(self) -> np.ndarray:
         if self.mode == ControlMode.MOTOR_COMMANDS:
             return cf2x.rotor_commands(self.thrust_cmd)
-        w = self.data.qvel[cf2x.QVEL_ANGVEL]
+        w = self.data.qvel[cf2x.QVEL_BASE_ANGVEL]
         jw = INERTIA * w
         wrench = self._wrench
         wrench[0] = self.collective
@@ -149,7 +148,7 @@ class QuadEnv(RobotEnv):
 
     def error(self) -> float:
         """Distance to the goal [m]."""
-        return float(np.linalg.norm(self.data.qpos[cf2x.QPOS_POS] - self.goal))
+        return float(np.linalg.norm(self.data.qpos[cf2x.QPOS_BASE_POS] - self.goal))
 
     def _reward_terms(self) -> dict[str, float]:
         _, quat, lin, ang = self.state()

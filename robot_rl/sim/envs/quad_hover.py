@@ -24,5 +24,5 @@ class QuadHoverEnv(QuadEnv):
         return self._initial_state(rng, 0.5)
 
     def _is_success(self) -> bool:
-        speed = float(np.linalg.norm(self.data.qvel[cf2x.QVEL_LINVEL]))
+        speed = float(np.linalg.norm(self.data.qvel[cf2x.QVEL_BASE_LINVEL]))
         return self.error() < SUCCESS_DISTANCE and speed < SUCCESS_SPEED

@@ -1,0 +1,186 @@
+"""Typed robot descriptions: everything a runtime needs to simulate or drive a robot, in one record.
+
+The live simulation, the ROS nodes and the environments read a :class:`RobotDescription` (its scene,
+actuators in command order, floating base slices, home posture, how controller commands become MuJoCo
+ctrl, end effector, gripper, task object) instead of switching on robot names, so adding a robot is
+adding one description. ``robot_rl.robots.description(name)`` returns the registered one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from robot_rl.core import Embodiment, SpecError
+from robot_rl.robots import cf2x, g1, panda, scenes
+from robot_rl.robots._mjspec import qpos_indices
+
+
+@dataclass(frozen=True)
+class FloatingBase:
+    """A free joint carrying the whole robot (humanoid pelvis, quadrotor body)."""
+
+    joint: str
+    """Name of the free joint."""
+    body: str
+    """Body the free joint moves."""
+    qpos_pos: slice
+    """Base position [m] in qpos (robot first in every scene)."""
+    qpos_quat: slice
+    """Base orientation quaternion (w, x, y, z) in qpos."""
+    qvel_linvel: slice
+    """Base linear velocity (world frame) in qvel."""
+    qvel_angvel: slice
+    """Base angular velocity (body frame) in qvel."""
+
+    def __post_init__(self) -> None:
+        for name, size in (("qpos_pos", 3), ("qpos_quat", 4), ("qvel_linvel", 3), ("qvel_angvel", 3)):
+            s = getattr(self, name)
+            if s.stop - s.start != size:
+                raise SpecError(f"FloatingBase.{name}: expected {size} entries, got {s}")
+
+
+@dataclass(frozen=True)
+class Gripper:
+    """A position-controlled gripper driven next to the arm's torque motors."""
+
+    joints: tuple[str, ...]
+    """Finger joints (not part of the embodiment's joints)."""
+    actuator: str
+    """Actuator written with the gripper command."""
+    ctrl_closed: float
+    """Actuator ctrl of a closed gripper."""
+    ctrl_open: float
+    """Actuator ctrl of a fully open gripper."""
+    max_width: float
+    """Largest finger opening [m]; each finger sits at half of it when open."""
+
+    def __post_init__(self) -> None:
+        if not self.joints or self.max_width <= 0:
+            raise SpecError("Gripper: needs joints and a positive max_width")
+
+    def ctrl(self, opening: float) -> float:
+        """Actuator ctrl for an opening in [0 closed, 1 open]."""
+        return self.ctrl_closed + opening * (self.ctrl_open - self.ctrl_closed)
+
+
+SceneBuilder = Callable[[bool], mujoco.MjSpec]
+"""Builds the robot's scene; the argument asks for the task object (ignored without one)."""
+Actuate = Callable[[np.ndarray, float], np.ndarray]
+"""Controller commands and gripper opening (0..1) -> ctrl of :attr:`RobotDescription.actuators`, in order."""
+
+
+@dataclass(frozen=True)
+class RobotDescription:
+    """One robot as every runtime loop sees it."""
+
+    name: str
+    """Robot identifier (``panda``, ``g1``, ``cf2x``); ``controllers/<name>.yaml`` holds its gains and limits."""
+    embodiment: Embodiment
+    """Joints, limits, control modes and rates."""
+    build_scene: SceneBuilder
+    """Its simulation scene (the robot first, so the slices below hold)."""
+    actuators: tuple[str, ...]
+    """Actuators written at every physics step, in the order :attr:`actuate` returns their ctrl."""
+    actuate: Actuate
+    """Maps the controller's commands (and the gripper opening) to those actuators' ctrl."""
+    home_q: tuple[float, ...]
+    """Joint angles of the home/reset posture, embodiment joint order."""
+    base: FloatingBase | None = None
+    """The floating base, or None for a fixed-base robot."""
+    home_base_pos: tuple[float, float, float] | None = None
+    """Base position at reset [m] (floating base only; the orientation is upright)."""
+    ee_site: str | None = None
+    """Tool centre point site (arms)."""
+    gripper: Gripper | None = None
+    """The gripper (arms with a hand)."""
+    object_body: str | None = None
+    """Body of the task object when the scene has one (``build_scene(True)``)."""
+
+    def __post_init__(self) -> None:
+        if self.name != self.embodiment.name:
+            raise SpecError(f"RobotDescription.name {self.name!r} differs from the embodiment's "
+                            f"{self.embodiment.name!r}")
+        if not self.actuators:
+            raise SpecError("RobotDescription.actuators: at least one actuator is needed")
+        if len(self.home_q) != self.embodiment.n_joints:
+            raise SpecError(f"RobotDescription.home_q: {len(self.home_q)} values for "
+                            f"{self.embodiment.n_joints} joints")
+        if (self.base is None) != (self.home_base_pos is None):
+            raise SpecError("RobotDescription.home_base_pos: given exactly when there is a floating base")
+        if self.gripper is not None and self.gripper.joints != self.embodiment.gripper_joints:
+            raise SpecError("RobotDescription.gripper.joints must equal the embodiment's gripper_joints")
+
+    @property
+    def kind(self) -> str:
+        """``arm``, ``humanoid``, ``quadrotor`` (the embodiment's kind)."""
+        return self.embodiment.kind
+
+    @property
+    def has_ee(self) -> bool:
+        """Whether it has an end effector whose pose is published and commanded."""
+        return self.ee_site is not None
+
+    @property
+    def flies(self) -> bool:
+        """Whether a pose target means a flight setpoint (position + yaw) rather than a tool pose."""
+        return self.kind == "quadrotor"
+
+    def home_qpos(self, model: mujoco.MjModel) -> np.ndarray:
+        """The full qpos of ``model`` (a scene of this robot) with the robot at home."""
+        qpos = model.qpos0.copy()
+        joints = self.embodiment.joint_names
+        if joints:
+            qpos[qpos_indices(model, joints)] = self.home_q
+        if self.gripper is not None:
+            qpos[qpos_indices(model, self.gripper.joints)] = self.gripper.max_width / 2
+        if self.base is not None and self.home_base_pos is not None:
+            qpos[self.base.qpos_pos] = self.home_base_pos
+            qpos[self.base.qpos_quat] = (1.0, 0.0, 0.0, 0.0)
+        return qpos
+
+
+_PANDA_GRIPPER = Gripper(panda.GRIPPER_JOINTS, panda.GRIPPER_ACTUATOR, panda.GRIPPER_CTRL_CLOSED,
+                         panda.GRIPPER_CTRL_OPEN, panda.GRIPPER_MAX_WIDTH)
+
+
+def _panda_actuate(cmd: np.ndarray, gripper: float) -> np.ndarray:
+    return np.r_[cmd, _PANDA_GRIPPER.ctrl(gripper)]
+
+
+def _identity(cmd: np.ndarray, gripper: float) -> np.ndarray:
+    return cmd
+
+
+def _rotors(cmd: np.ndarray, gripper: float) -> np.ndarray:
+    return cf2x.rotor_commands(cmd)
+
+
+PANDA = RobotDescription(
+    name=panda.NAME, embodiment=panda.EMBODIMENT, build_scene=scenes.arm_scene,
+    actuators=(*panda.ARM_ACTUATORS, panda.GRIPPER_ACTUATOR), actuate=_panda_actuate,
+    home_q=tuple(float(v) for v in panda.HOME_Q), ee_site=panda.EE_SITE, gripper=_PANDA_GRIPPER,
+    object_body=scenes.OBJECT_BODY)
+G1 = RobotDescription(
+    name=g1.NAME, embodiment=g1.EMBODIMENT, build_scene=lambda with_object: scenes.humanoid_scene(),
+    actuators=g1.ACTUATOR_NAMES, actuate=_identity, home_q=tuple(float(v) for v in g1.STAND_Q),
+    base=FloatingBase(g1.FREE_JOINT, g1.PELVIS_BODY, g1.QPOS_BASE_POS, g1.QPOS_BASE_QUAT,
+                      g1.QVEL_BASE_LINVEL, g1.QVEL_BASE_ANGVEL), home_base_pos=(0.0, 0.0, g1.STAND_BASE_HEIGHT))
+CF2X = RobotDescription(
+    name=cf2x.NAME, embodiment=cf2x.EMBODIMENT, build_scene=lambda with_object: scenes.quadrotor_scene(),
+    actuators=(*cf2x.THRUST_ACTUATORS, *cf2x.YAW_TORQUE_ACTUATORS), actuate=_rotors, home_q=(),
+    base=FloatingBase(cf2x.FREE_JOINT, cf2x.BODY, cf2x.QPOS_BASE_POS, cf2x.QPOS_BASE_QUAT,
+                      cf2x.QVEL_BASE_LINVEL, cf2x.QVEL_BASE_ANGVEL), home_base_pos=(0.0, 0.0, 1.0))
+
+DESCRIPTIONS: dict[str, RobotDescription] = {d.name: d for d in (PANDA, G1, CF2X)}
+"""Robot name -> its description."""
+
+
+def description(name: str) -> RobotDescription:
+    """The description of robot ``name``; a KeyError lists the known robots."""
+    if name not in DESCRIPTIONS:
+        raise KeyError(f"unknown robot {name!r}; known: {sorted(DESCRIPTIONS)}")
+    return DESCRIPTIONS[name]
