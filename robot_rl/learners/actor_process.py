@@ -5,12 +5,15 @@ Transitions stream to the learner every few steps during the episode; between ac
 checks ``<run>/weights/`` for a newer version and stages it, so the policy improves mid-episode, not
 only at resets. If the learner goes away (killed, restarting), the actor keeps running: steps wait in a
 bounded queue and go out once it reconnects. One JSON line per episode goes to ``<run>/actor_<i>.jsonl``.
+SIGTERM (or SIGINT) ends the actor after the current episode: its steps are delivered, it exits cleanly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,8 +69,12 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     hooks = EpisodeHooks(on_transition=stream.add, policy_version=lambda: runner.version)
     log = run / f"actor_{index}.jsonl"
     records: list[dict[str, Any]] = []
+    stop = threading.Event()
+    previous = _on_stop_signals(stop)
     try:
         for k in tqdm(range(ac.episodes), desc=f"actor {index}", disable=not progress):
+            if stop.is_set():
+                break
             seed = ac.seed + 100_000 * index + k
             t0 = time.perf_counter()
             start_version = runner.version
@@ -82,6 +89,18 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
                 f.write(json.dumps(record) + "\n")
         sender.flush(timeout=30.0)
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sender.close()
         env.close()
     return records
+
+
+def _on_stop_signals(stop: threading.Event) -> dict[int, Any]:
+    """Let SIGTERM/SIGINT set ``stop`` (main thread only); returns the handlers to restore."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    return previous
