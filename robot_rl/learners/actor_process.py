@@ -100,7 +100,7 @@ def _on_stop_signals(stop: threading.Event) -> dict[int, Any]:
     """Let SIGTERM/SIGINT set ``stop`` (main thread only); returns the handlers to restore."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    previous = {}
+    previous: dict[int, Any] = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, lambda *_: stop.set())
     return previous
