@@ -1,10 +1,12 @@
 """Replay buffers on the Transition record: a ring of columns, RLPD 50/50 batches, append-only saves.
 
-Why not LeRobot's buffer (see research/lerobot_serl.md): images stay uint8, ``next_observation`` is
-stored (a truncated step never bootstraps from the next episode's reset frame), and :meth:`save` only
-writes the rows added since the previous save as a new safetensors chunk, so a checkpoint does not
-rewrite the whole buffer. A manifest written last (atomically) lists the chunks, so a learner killed
-during a save restarts from the previous complete state. No pickle anywhere.
+Why not LeRobot's HIL-SERL ``ReplayBuffer`` (``lerobot/rl/buffer.py``): it stores every field as float32
+tensors, its ``optimize_memory`` mode reads ``next_state`` from the following row, and it persists by
+converting the whole buffer into a dataset. Here images stay uint8, ``next_observation`` is stored (a
+truncated step never bootstraps from the next episode's reset frame), and :meth:`save` only writes the
+rows added since the previous save as a new safetensors chunk, so a checkpoint does not rewrite the whole
+buffer. A manifest written last (atomically) lists the chunks, so a learner killed during a save
+restarts from the previous complete state. No pickle anywhere.
 """
 
 from __future__ import annotations

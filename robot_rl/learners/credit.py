@@ -1,7 +1,8 @@
 """Intervention-aware credit assignment: an episode's outcome goes only to what the policy executed.
 
-As in HABC (research/algorithms.md §3): a rollout mixes policy and human segments, and one binary
-outcome per episode must not leak across intervention boundaries. The rules:
+As in HABC's intervention-aware credit assignment ("Hierarchical Advantage Weighting for Online RL
+Fine-Tuning of VLAs from Sparse Episode Outcomes", arXiv:2606.17043): a rollout mixes policy and human
+segments, and one binary outcome per episode must not leak across intervention boundaries. The rules:
 
 * a POLICY segment that ran to the end of the episode receives the episode outcome (+1 success, -1 failure);
 * a POLICY segment ended by a human takeover receives -1: the human judged it to be failing (RLIF's signal);

@@ -1,12 +1,13 @@
 """SAC in the RLPD recipe: LayerNorm critic ensemble, high update-to-data ratio, 50/50 online/demo batches.
 
 Actions live in [-1, 1]^A (the arm envs' normalised actions). The actor is a small tanh-Gaussian MLP;
-with ``residual_scale > 0`` it is residual on a frozen base policy (ResFiT, research/algorithms.md §2a):
-it also sees ``base_action`` and executes ``clip(base_action + residual_scale * tanh(u), -1, 1)``; its
-last layer starts at zero so the residual starts as the base policy's own action. The critics score the
-EXECUTED action, so human intervention steps (routed into both buffers) teach the critic directly.
-Targets take the min over a random pair of target critics (REDQ); truncated steps still bootstrap.
-Checkpoints are safetensors (networks, optimiser moments) + JSON; no pickle.
+with ``residual_scale > 0`` it is residual on a frozen base policy (ResFiT: Ankile et al., "Residual
+Off-Policy RL for Finetuning Behavior Cloning Policies", arXiv:2509.19301): it also sees ``base_action``
+and executes ``clip(base_action + residual_scale * tanh(u), -1, 1)``; its last layer starts at zero so
+the residual starts as the base policy's own action. The critics score the EXECUTED action, so human
+intervention steps (routed into both buffers) teach the critic directly. Targets take the min over a
+random pair of target critics (REDQ); truncated steps still bootstrap. Checkpoints are safetensors
+(networks, optimiser moments) + JSON; no pickle.
 """
 
 from __future__ import annotations

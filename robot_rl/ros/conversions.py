@@ -117,8 +117,8 @@ def pose_from_msg(msg: PoseStamped, expected_frame: str | None = None) -> tuple[
 
 
 # --------------------------------------------------------------------------------------------------
-# Images. Image.data is filled from bytes: assigning a numpy array costs ~8.5 ms per 224x224 frame,
-# bytes ~0.01 ms (feasibility.md §2a). The receive side is a zero-copy np.frombuffer.
+# Images. Image.data is filled from bytes: assigning a numpy array cost ~8.5 ms per 224x224 frame,
+# bytes ~0.01 ms (measured with ROS 2 Kilted's PyPI wheels). The receive side is a zero-copy np.frombuffer.
 
 _CHANNELS = {"rgb8": 3, "bgr8": 3, "mono8": 1}
 

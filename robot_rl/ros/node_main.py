@@ -1,7 +1,7 @@
 """The one ``main`` every robot_rl node uses: init, spin on the right executor, clean shutdown.
 
-Measured on the project machine (feasibility.md §2): the MultiThreadedExecutor lost half of a 1 kHz
-JointState stream on 2 cores, while the single-threaded and events executors kept all of it. Nodes spin
+Measured with ROS 2 Kilted's PyPI wheels on a 2-core machine: the MultiThreadedExecutor lost half of a
+1 kHz JointState stream, while the single-threaded and events executors kept all of it. Nodes spin
 on the SingleThreadedExecutor. rclpy's experimental EventsExecutor uses less CPU but, with Kilted's
 wheels here, a node spinning on it ignored SIGINT/SIGTERM and its timers stalled after a few ticks, so
 it is opt-in (``ROBOT_RL_EXECUTOR=events``) until that is fixed upstream.
