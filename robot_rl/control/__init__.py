@@ -2,7 +2,9 @@
 
 Every controller implements :class:`Controller` (``reset`` / ``set_target`` / ``compute`` at each
 physics or control tick) and is built per robot from ``controllers/<robot>.yaml`` by
-:func:`build_controller`.
+:func:`build_controller`. :class:`Watchdog` and :func:`check_pose_target` are the one staleness and
+workspace check every guard uses (safety layer, ROS safety node, target gate); :func:`step_physics` and
+:class:`StateIndex` are the one MuJoCo loop and state reader every simulated runtime uses.
 """
 
 from robot_rl.control.arm_model import MujocoArmModel
@@ -18,6 +20,7 @@ from robot_rl.control.quadrotor import (
     ThrustCurve,
 )
 from robot_rl.control.safety import SafetyConfig, SafetyLayer, SafetyMode, SafetyStatus
+from robot_rl.control.stepping import StateIndex, step_physics
 from robot_rl.control.targets import (
     BodyRateTarget,
     FlightTarget,
@@ -26,6 +29,7 @@ from robot_rl.control.targets import (
     StiffnessTarget,
     WrenchTarget,
 )
+from robot_rl.control.watchdog import Watchdog, WorkspaceBox, check_pose_target
 
 __all__ = [
     "BodyRateTarget",
@@ -48,10 +52,15 @@ __all__ = [
     "SafetyLayer",
     "SafetyMode",
     "SafetyStatus",
+    "StateIndex",
     "StiffnessTarget",
     "TargetRejected",
     "ThrustCurve",
+    "Watchdog",
+    "WorkspaceBox",
     "WrenchTarget",
     "build_controller",
+    "check_pose_target",
     "load_control_config",
+    "step_physics",
 ]

@@ -111,7 +111,7 @@ class ControllerNode(Node):
         try:
             _, q, dq, _ = joint_state_from_msg(msg, self.embodiment.joint_names)
         except SpecError as exc:
-            self._warn(f"rejected joint_states: {exc}", "joint_states")
+            self._warn(f"rejected joint_states: {exc}")
             return
         if not np.all(np.isfinite(dq)):
             self._warn("rejected joint_states: velocities missing or not finite")

@@ -8,12 +8,15 @@ events that must not be dropped. Sensor streams use rclpy's ``qos_profile_sensor
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import deque
 from collections.abc import Callable
 
 from rclpy.impl.rcutils_logger import RcutilsLogger
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf", re.IGNORECASE)
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 EVENTS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -24,8 +27,9 @@ class RateLimitedWarnings:
 
     A barrage of bad messages (a policy streaming NaN targets at 1 kHz) must not flood the log, yet two
     different refusals from one callback must not hide each other, as rclpy's per-call-site
-    ``throttle_duration_sec`` would make them. Callers key a warning by its cause (e.g. the topic), not by
-    its text, which often holds the offending values; suppressed lines are counted into the next one.
+    ``throttle_duration_sec`` would make them. A warning is keyed by its text with the numbers masked (the
+    offending values change from message to message, the reason does not); suppressed lines are counted
+    into the next line of the same key.
     """
 
     def __init__(self, logger: RcutilsLogger, period: float = 1.0, max_keys: int = 256, max_lines: int = 10,
@@ -42,12 +46,13 @@ class RateLimitedWarnings:
         self._recent: deque[float] = deque()
 
     def __call__(self, text: str, key: str | None = None) -> bool:
-        """Warn with ``text`` unless its ``key`` (default: the text) or the line budget forbids; True if written.
+        """Warn with ``text`` unless its ``key`` (default: the text, numbers masked) or the budget forbids.
 
         A key logged less than ``period`` ago, or ``max_lines`` lines in the last ``period``, suppress it.
+        Returns whether a line was written.
         """
         now = self.clock()
-        key = text if key is None else key
+        key = _NUMBER.sub("#", text) if key is None else key
         while self._recent and now - self._recent[0] >= self.period:
             self._recent.popleft()
         if now - self._last.get(key, -math.inf) < self.period or len(self._recent) >= self.max_lines:

@@ -3,11 +3,13 @@
 Runs :class:`robot_rl.sim.live.LiveSim` paced to wall time (``real_time_factor``) and publishes
 ``/clock`` (for ``use_sim_time``), ``joint_states``, ``current_pose`` (arms), ``task/object_pose`` (the
 cube: privileged state for policies trained in simulation), camera streams
-``<camera>/image_raw`` and the controller's mode on ``controller/mode`` and ``/diagnostics``.
+``<camera>/image_raw``, ``odom/pose`` + ``odom/twist`` for a floating base (:mod:`robot_rl.ros.odometry`)
+and the controller's mode on ``controller/mode`` and ``/diagnostics``.
 Every message is stamped with simulated time.
 
 Targets, CRISP-compatible: ``target_pose`` (PoseStamped), ``target_joint`` (JointState, by name),
-``target_wrench`` (WrenchStamped), ``target_stiffness`` (Float64MultiArray), plus ``target_gripper``
+``target_wrench`` (WrenchStamped), ``target_stiffness`` (Float64MultiArray), ``target_body_rates``
+(TwistStamped, quadrotor thrust + body rates, see :mod:`robot_rl.ros.target_conversions`), plus ``target_gripper``
 (Float64, 0 closed .. 1 open). The human side: ``teleop/target_pose``, ``teleop/gripper`` and the
 latched ``intervention`` flag (the safety layer lets only human targets through while it is true).
 ``safety/estop`` (latched Bool) engages and clears the e-stop; ``~/reset`` (Trigger) resets the scene.
@@ -26,7 +28,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering; must precede t
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
@@ -36,6 +38,7 @@ from std_srvs.srv import Trigger
 
 from robot_rl.ros.conversions import image_to_msg, joint_state_to_msg, ns_to_stamp, pose_to_msg
 from robot_rl.ros.node_main import run_node
+from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
 from robot_rl.ros.target_conversions import pose_target_from_msg, subscribe_targets
@@ -90,6 +93,9 @@ class SimNode(Node):
                          else None)
         self.pub_object = (self.create_publisher(PoseStamped, "task/object_pose", 10)
                            if self.sim.object_pose() is not None else None)
+        self.pub_odom = ((self.create_publisher(PoseStamped, POSE_TOPIC, 10),
+                          self.create_publisher(TwistStamped, TWIST_TOPIC, 10))
+                         if self.sim.description.base is not None else None)  # floating base: odom/pose + twist
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.pub_cams = {c: self.create_publisher(Image, f"{c}/image_raw", qos_profile_sensor_data)
@@ -131,7 +137,7 @@ class SimNode(Node):
         try:
             self.sim.set_effort(np.asarray(msg.data))
         except ValueError as exc:
-            self._warn(f"rejected effort_controller/commands: {exc}", "effort_controller/commands")
+            self._warn(f"rejected effort_controller/commands: {exc}")
 
     def _on_intervention(self, msg: Bool) -> None:
         if bool(msg.data) != self.human:
@@ -180,6 +186,10 @@ class SimNode(Node):
             obj = self.sim.object_pose()
             assert obj is not None
             self.pub_object.publish(pose_to_msg(obj[0], obj[1], stamp_ns, self.config.base_frame))
+        if self.pub_odom is not None and self.sim.description.base is not None:
+            msgs = odometry_to_msgs(state, stamp_ns, self.config.base_frame, self.sim.description.base.body)
+            self.pub_odom[0].publish(msgs[0])
+            self.pub_odom[1].publish(msgs[1])
         status = self.sim.status
         if status.mode.value != self._last_mode:
             self._last_mode = status.mode.value

@@ -2,7 +2,10 @@
 
 ``target_pose`` (PoseStamped) -> PoseTarget, ``target_joint`` (JointState, matched BY NAME against the
 robot's joints, unlike CRISP which takes positions by index) -> JointTarget, ``target_wrench``
-(WrenchStamped) -> WrenchTarget, ``target_stiffness`` (Float64MultiArray, 6 values) -> StiffnessTarget.
+(WrenchStamped) -> WrenchTarget, ``target_stiffness`` (Float64MultiArray, 6 values) -> StiffnessTarget,
+``target_body_rates`` (TwistStamped; CRISP has no flight command, so robot_rl picks a standard message:
+``twist.angular`` = body rates [rad/s] in the body frame, ``twist.linear.z`` = collective thrust [N], the
+other fields ignored; what PX4 / Betaflight take from an offboard policy) -> BodyRateTarget.
 Every conversion raises :class:`~robot_rl.control.base.TargetRejected` with the reason (the caller
 names the topic), so a node can log it and keep the previous target.
 """
@@ -13,13 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from geometry_msgs.msg import PoseStamped, WrenchStamped
+from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from robot_rl.control.base import TargetRejected
-from robot_rl.control.targets import JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
+from robot_rl.control.targets import BodyRateTarget, JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
 from robot_rl.core.spaces import SpecError
 from robot_rl.ros.conversions import pose_from_msg
 
@@ -68,20 +71,27 @@ def stiffness_target_from_msg(msg: Float64MultiArray) -> StiffnessTarget:
     return StiffnessTarget(np.asarray(msg.data, dtype=np.float64))
 
 
+def body_rate_target_from_msg(msg: TwistStamped) -> BodyRateTarget:
+    """TwistStamped (angular = body rates [rad/s], linear.z = collective thrust [N]) -> BodyRateTarget."""
+    w = msg.twist.angular
+    return BodyRateTarget(msg.twist.linear.z, np.array([w.x, w.y, w.z]))
+
+
 def subscribe_targets(node: Node, joint_names: Sequence[str], pose_convert: Callable[[PoseStamped], object],
                       submit: Callable[[object, str], bool], refusal: Callable[[], str],
-                      warn: Callable[[str, str], object]) -> None:
+                      warn: Callable[[str], object]) -> None:
     """Subscribe the CRISP command topics (source "policy") and ``teleop/target_pose`` (source "human").
 
     Each message is converted, handed to ``submit(target, source)`` (e.g. a SafetyLayer's ``submit``) and
-    every refusal is passed to ``warn(text, key)`` with the topic and the reason (``refusal()`` when ``submit``
-    says no), keyed by the topic so a :class:`~robot_rl.ros.qos.RateLimitedWarnings` bounds a barrage.
+    every refusal is passed to ``warn`` with the topic and the reason (``refusal()`` when ``submit`` says no);
+    a :class:`~robot_rl.ros.qos.RateLimitedWarnings` there bounds the lines a barrage writes.
     """
     routes: list[tuple[Any, str, str, Callable[[Any], object]]] = [
         (PoseStamped, "target_pose", "policy", pose_convert),
         (JointState, "target_joint", "policy", lambda m: joint_target_from_msg(m, joint_names)),
         (WrenchStamped, "target_wrench", "policy", wrench_target_from_msg),
         (Float64MultiArray, "target_stiffness", "policy", stiffness_target_from_msg),
+        (TwistStamped, "target_body_rates", "policy", body_rate_target_from_msg),
         (PoseStamped, "teleop/target_pose", "human", pose_convert),
     ]
     for msg_type, topic, source, convert in routes:
@@ -90,8 +100,8 @@ def subscribe_targets(node: Node, joint_names: Sequence[str], pose_convert: Call
             try:
                 target = convert(msg)
             except (TargetRejected, ValueError) as exc:
-                warn(f"rejected {topic}: {exc}", topic)
+                warn(f"rejected {topic}: {exc}")
                 return
             if not submit(target, source):
-                warn(f"rejected {topic}: {refusal()}", topic)
+                warn(f"rejected {topic}: {refusal()}")
         node.create_subscription(msg_type, topic, callback, 10)

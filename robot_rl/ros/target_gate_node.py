@@ -90,7 +90,7 @@ class TargetGateNode(Node):
         try:
             target = check_pose_target(PoseTarget(*pose_from_msg(msg, self.config.base_frame)), self.box)
         except (SpecError, TargetRejected) as exc:
-            self._warn(f"rejected {source} target: {exc}", f"{source} target")
+            self._warn(f"rejected {source} target: {exc}")
             return
         self.targets[source] = target
         self.watchdogs[source].feed(time.monotonic())
@@ -103,7 +103,7 @@ class TargetGateNode(Node):
         try:
             self.current = pose_from_msg(msg)
         except SpecError as exc:
-            self._warn(f"ignoring current_pose: {exc}", "current_pose")
+            self._warn(f"ignoring current_pose: {exc}")
 
     def _on_intervention(self, msg: Bool) -> None:
         if bool(msg.data) != self.human:
