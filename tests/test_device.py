@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import torch
 
+from robot_rl.cli.main import main
 from robot_rl.core.config import ConfigError, load_config
-from robot_rl.core.device import check_device_name, resolve_device, to_device
+from robot_rl.core.device import DeviceError, check_device_name, resolve_device, to_device
 from robot_rl.learners.hg_dagger import HGDAggerConfig, HGDAggerLearner
 from robot_rl.learners.online_config import ActorConfig, LearnerConfig, OnlineConfig
 from robot_rl.learners.reward_classifier import RewardClassifier, RewardClassifierConfig
@@ -113,8 +114,17 @@ def test_cuda_without_a_gpu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("cuda", "cuda:0"):
         with pytest.raises(RuntimeError, match=r"no CUDA device is available.*use device: auto or cpu"):
             resolve_device(name)
-    with pytest.raises(RuntimeError, match="no CUDA device"):  # the training loop stops before any work
+    with pytest.raises(DeviceError, match="no CUDA device"):  # the training loop stops before any work
         train(small_config(2, device="cuda"), Path("/nonexistent/never-created"), dataset=reach_dataset())
+
+
+def test_cli_device_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    config = Path(__file__).resolve().parents[1] / "config" / "policies" / "flow_pick_lift.yaml"
+    assert main(["train", str(config), "--out", str(tmp_path / "run"), "--device", "cuda"]) == 2
+    assert "no CUDA device is available" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["train", str(config), "--out", str(tmp_path / "run"), "--device", "gpu"])
 
 
 @pytest.mark.parametrize("name", ["gpu", "CUDA", "cuda:", "cuda:x", "mps", "", "auto "])

@@ -16,6 +16,10 @@ DEVICE_NAMES = ("auto", "cpu", "cuda")
 """What a ``device`` setting may say ("cuda:1" names a particular GPU)."""
 
 
+class DeviceError(RuntimeError):
+    """A valid device setting names a device this machine does not have (e.g. "cuda" without a GPU)."""
+
+
 def check_device_name(name: str, field: str = "device") -> None:
     """Raise ValueError unless ``name`` is "auto", "cpu", "cuda" or "cuda:<index>" (for config checks)."""
     if not isinstance(name, str) or not (name in DEVICE_NAMES or _cuda_index(name) is not None):
@@ -33,11 +37,11 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda") if available else torch.device("cpu")
     if not available:
-        raise RuntimeError(f"device {name!r}: no CUDA device is available (torch {torch.__version__}, "
+        raise DeviceError(f"device {name!r}: no CUDA device is available (torch {torch.__version__}, "
                            f"built with CUDA {torch.version.cuda}); use device: auto or cpu")
     index = _cuda_index(name)
     if index is not None and index >= torch.cuda.device_count():
-        raise RuntimeError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) present")
+        raise DeviceError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) present")
     return torch.device(name)
 
 
