@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robot_rl.control.base import Controller, RobotState, TargetRejected
-from robot_rl.control.rotations import quat_to_mat
+from robot_rl.control.rotations import quat_to_mat, quat_yaw
 from robot_rl.control.targets import BodyRateTarget, FlightTarget
 from robot_rl.core.config import ConfigError
 
@@ -227,8 +227,7 @@ class QuadrotorController(Controller):
 
     @staticmethod
     def _yaw(state: RobotState) -> float:
-        r = quat_to_mat(state.base_quat) if state.base_quat is not None else np.eye(3)
-        return float(np.arctan2(r[1, 0], r[0, 0]))
+        return quat_yaw(state.base_quat) if state.base_quat is not None else 0.0
 
     def compute(self, state: RobotState, stamp: float) -> np.ndarray:
         """Per-rotor thrusts [N] for this tick."""

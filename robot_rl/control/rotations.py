@@ -41,6 +41,12 @@ def quat_yaw(q: np.ndarray) -> float:
     return float(np.arctan2(m[3], m[0]))
 
 
+def mat_yaw(rot: np.ndarray) -> float:
+    """Heading [rad] of a rotation matrix's x axis in the world xy plane (what :func:`quat_yaw` returns)."""
+    r = np.asarray(rot)
+    return float(np.arctan2(r[1, 0], r[0, 0]))
+
+
 def quat_slerp(a: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
     """Spherical interpolation ``alpha`` of the way from ``a`` to ``b`` (short arc, either sign of ``b``)."""
     q = quat_normalize(a)

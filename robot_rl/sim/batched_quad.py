@@ -19,6 +19,7 @@ import mujoco
 import numpy as np
 from gymnasium.vector import AutoresetMode
 from mujoco import batch as mj_batch
+from scipy.spatial.transform import Rotation
 
 from robot_rl.core import SpecError
 from robot_rl.robots import cf2x, scenes
@@ -30,8 +31,7 @@ GOAL = np.array([0.0, 0.0, 1.0])
 
 def _quat_z_axis(q: np.ndarray) -> np.ndarray:
     """Body z axis in the world for (N, 4) wxyz quaternions."""
-    w, x, y, z = q.T
-    return np.stack([2 * (x * z + w * y), 2 * (y * z - w * x), 1 - 2 * (x * x + y * y)], axis=1)
+    return Rotation.from_quat(q, scalar_first=True).as_matrix()[:, :, 2]
 
 
 class BatchedQuadHover(gym.vector.VectorEnv):

@@ -18,6 +18,7 @@ import numpy as np
 
 from robot_rl.control.base import RobotState
 from robot_rl.control.config import build_controller
+from robot_rl.control.rotations import quat_yaw
 from robot_rl.control.safety import SafetyLayer, SafetyStatus
 from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import FlightTarget, PoseTarget
@@ -118,8 +119,7 @@ class LiveSim:
         pose = PoseTarget(position, quat)
         if not self.description.flies:
             return pose
-        w, x, y, z = pose.quat
-        return FlightTarget(pose.position, yaw=float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))))
+        return FlightTarget(pose.position, yaw=quat_yaw(pose.quat))
 
     @property
     def status(self) -> SafetyStatus:

@@ -50,11 +50,6 @@ KD = (50.0, 50.0, 50.0, 40.0, 15.0, 12.0, 5.0)
 CONTROLLERS = ("joint_pd", "cartesian_impedance")
 
 
-def yaw_of(rot: np.ndarray) -> float:
-    """Heading of the hand's x axis in the world xy plane [rad]."""
-    return float(np.arctan2(rot[1, 0], rot[0, 0]))
-
-
 class ArmEnv(RobotEnv):
     """Base of the Panda tasks; subclasses sample goals/objects and define reward and success."""
 

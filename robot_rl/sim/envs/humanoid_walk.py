@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.control.rotations import mat_yaw
 from robot_rl.core import FieldSpec, SpecError
 from robot_rl.robots import g1
 from robot_rl.sim.envs.humanoid_base import HumanoidEnv
@@ -61,7 +62,7 @@ class HumanoidWalkEnv(HumanoidEnv):
     def _heading_velocity(self) -> tuple[np.ndarray, float]:
         """Planar velocity in the pelvis heading frame and the yaw rate (world z)."""
         rot = self.base_rotation()
-        heading = np.arctan2(rot[1, 0], rot[0, 0])
+        heading = mat_yaw(rot)
         c, s = np.cos(heading), np.sin(heading)
         v = self.data.qvel[g1.QVEL_BASE_LINVEL]
         wz = float((rot @ self.data.qvel[g1.QVEL_BASE_ANGVEL])[2])

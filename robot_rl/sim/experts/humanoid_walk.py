@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from robot_rl.control.rotations import quat_to_mat
+from robot_rl.control.rotations import mat_yaw, quat_to_mat
 from robot_rl.robots import g1
 from robot_rl.sim.envs.humanoid_base import ACTION_SCALE, KP
 from robot_rl.sim.ik import orientation_error
@@ -106,10 +106,6 @@ class WalkParams:
             raise ValueError("widths: expected 0 < min_width <= step_width <= max_width")
         if not 0 < self.com_height < self.pelvis_height:
             raise ValueError("com_height: expected 0 < com_height < pelvis_height")
-
-
-def _yaw(rot: np.ndarray) -> float:
-    return float(np.arctan2(rot[1, 0], rot[0, 0]))
 
 
 def _rot_x(angle: float) -> np.ndarray:
@@ -337,7 +333,7 @@ class WalkingController:
     def _measure(self, obs: Mapping[str, np.ndarray]) -> _Measured:
         """Forward kinematics of the measured joints under the measured pelvis orientation."""
         rot = quat_to_mat(np.asarray(obs["base_quat"], dtype=np.float64))
-        local = _rot_z(-_yaw(rot)) @ rot  # the pelvis orientation without its heading
+        local = _rot_z(-mat_yaw(rot)) @ rot  # the pelvis orientation without its heading
         d, model = self.meas, self.model
         d.qpos[:3] = (0.0, 0.0, float(obs["base_height"][0]))
         w = np.sqrt(max(1.0 + np.trace(local), 1e-12)) / 2.0
@@ -352,7 +348,8 @@ class WalkingController:
         mujoco.mj_comVel(model, d)
         mujoco.mj_subtreeVel(model, d)
         feet = np.array([d.site_xpos[s] for s in self.sites])
-        feet_yaw = np.array([_yaw(d.site_xmat[s].reshape(3, 3) @ self.flat_rot[i].T) for i, s in enumerate(self.sites)])
+        feet_yaw = np.array([mat_yaw(d.site_xmat[s].reshape(3, 3) @ self.flat_rot[i].T)
+                             for i, s in enumerate(self.sites)])
         measured = _Measured(feet, feet_yaw, d.subtree_com[0].copy(), d.subtree_linvel[0].copy(),
                              np.array([local[2, 1], -local[2, 0]]))
         d.qvel[:] = 0.0  # the statics want gravity only
