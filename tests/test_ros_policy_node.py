@@ -31,7 +31,8 @@ def _policy(action_dim: int = 7, seed: int = 0) -> FlowPolicy:
     torch.manual_seed(seed)
     config = FlowConfig(horizon=16, unet_channels=(32, 64), num_inference_steps=4,
                         executor=ExecutorConfig(n_action_steps=8))
-    policy = FlowPolicy(config, PolicySpec({"joint_pos": 7, "tcp_pos": 3}, {}, action_dim))
+    policy = FlowPolicy(config, PolicySpec({"joint_pos": 7, "tcp_pos": 3}, {}, action_dim,
+                                           control_mode="cartesian_delta"))
     lim = np.full(action_dim, 0.3)
     policy.set_stats({"joint_pos": {"min": -np.ones(7) * 3, "max": np.ones(7) * 3, "mean": np.zeros(7),
                                     "std": np.ones(7)},

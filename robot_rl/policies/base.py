@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from robot_rl.core.config import ConfigError, config_to_dict, load_config
+from robot_rl.core.embodiment import ControlMode
 from robot_rl.core.spaces import SpecError
 from robot_rl.policies.chunking import ExecutorConfig
 from robot_rl.policies.encoders import ObsEncoder
@@ -55,6 +56,11 @@ class PolicySpec:
     """Observation key -> (H, W, C) of its uint8 images."""
     action_dim: int
     """Length of an action vector."""
+    robot: str = ""
+    """Robot the training data came from (``panda``, ``g1``, ``cf2x``); "" when unknown (older checkpoints)."""
+    control_mode: str = ""
+    """How an action is executed (a :class:`~robot_rl.core.ControlMode` value or ``absolute_pose``), so a
+    runtime maps it to targets by the rule it was trained under; "" when unknown."""
 
     def __post_init__(self) -> None:
         if self.action_dim < 1:
@@ -67,18 +73,25 @@ class PolicySpec:
         for key, shape in self.image_shapes.items():
             if len(shape) != 3 or min(shape) < 1:
                 raise SpecError(f"observation.{key}: image shape must be (H, W, C), got {shape}")
+        modes = {m.value for m in ControlMode} | {"absolute_pose"}
+        if self.control_mode and self.control_mode not in modes:
+            raise SpecError(f"control_mode: {self.control_mode!r} is not one of {sorted(modes)}")
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-safe form (stored in policy.json)."""
-        return {"state_dims": dict(self.state_dims),
-                "image_shapes": {k: list(v) for k, v in self.image_shapes.items()}, "action_dim": self.action_dim}
+        """JSON-safe form (stored in policy.json); robot / control_mode only when known, as older files."""
+        out: dict[str, Any] = {"state_dims": dict(self.state_dims),
+                               "image_shapes": {k: list(v) for k, v in self.image_shapes.items()},
+                               "action_dim": self.action_dim}
+        out.update({k: v for k, v in (("robot", self.robot), ("control_mode", self.control_mode)) if v})
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PolicySpec:
         """Inverse of :meth:`to_json`."""
         return cls(state_dims={k: int(v) for k, v in data["state_dims"].items()},
                    image_shapes={k: (int(v[0]), int(v[1]), int(v[2])) for k, v in data["image_shapes"].items()},
-                   action_dim=int(data["action_dim"]))
+                   action_dim=int(data["action_dim"]), robot=str(data.get("robot", "")),
+                   control_mode=str(data.get("control_mode", "")))
 
 
 @dataclass

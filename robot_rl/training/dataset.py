@@ -25,8 +25,10 @@ class ChunkDataset:
     """In-memory episodes with window sampling; ``batch(indices)`` gives the policies' batch layout."""
 
     def __init__(self, columns: dict[str, np.ndarray], actions: np.ndarray, episode_ends: np.ndarray,
-                 tasks: Sequence[str], image_keys: Sequence[str], n_obs_steps: int, horizon: int) -> None:
+                 tasks: Sequence[str], image_keys: Sequence[str], n_obs_steps: int, horizon: int,
+                 robot: str = "", control_mode: str = "") -> None:
         self.columns, self.actions = columns, actions
+        self.robot, self.control_mode = robot, control_mode  # how the actions were executed: saved in the spec
         self.ends = np.asarray(episode_ends, dtype=np.int64)
         self.starts = np.concatenate([[0], self.ends[:-1]])
         self.tasks = list(tasks)
@@ -66,7 +68,10 @@ class ChunkDataset:
                 columns[key] = np.asarray(store.array(f"observation.{key}")[:stop])
             actions = np.asarray(store.array("action")[:stop], dtype=np.float32)
             tasks = [store.episode_info(i).task for i in range(count)]
-            return cls(columns, actions, store.episode_ends[:count], tasks, image_keys, n_obs_steps, horizon)
+            robot = "" if store.info.robot == "unknown" else store.info.robot
+            mode = str(store.info.controller.get("control_mode", ""))
+            return cls(columns, actions, store.episode_ends[:count], tasks, image_keys, n_obs_steps, horizon,
+                       robot, mode)
 
     @property
     def spec(self) -> PolicySpec:
@@ -74,7 +79,7 @@ class ChunkDataset:
         return PolicySpec(
             state_dims={k: int(v.shape[1]) for k, v in self.columns.items() if k not in self.image_keys},
             image_shapes={k: tuple(self.columns[k].shape[1:]) for k in self.image_keys},
-            action_dim=int(self.actions.shape[1]))
+            action_dim=int(self.actions.shape[1]), robot=self.robot, control_mode=self.control_mode)
 
     @property
     def num_episodes(self) -> int:

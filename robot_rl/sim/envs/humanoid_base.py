@@ -22,10 +22,11 @@ from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import JointTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, g1, qpos_indices, scenes
+from robot_rl.runtime.actions import HUMANOID_ACTION_SCALE, joint_position_map
 from robot_rl.sim.base_env import RobotEnv
 
-ACTION_SCALE = 0.5
-"""Radians of joint-target offset at action magnitude 1."""
+ACTION_SCALE = HUMANOID_ACTION_SCALE
+"""Radians of joint-target offset at action magnitude 1 (the ROS policy node maps actions by the same rule)."""
 _LEG_KP = (200.0, 200.0, 200.0, 200.0, 300.0, 300.0)
 _LEG_KD = (4.0, 4.0, 4.0, 6.0, 6.0, 6.0)
 _ARM_KP = (40.0, 40.0, 40.0, 40.0, 20.0, 10.0, 10.0)
@@ -64,6 +65,7 @@ class HumanoidEnv(RobotEnv):
         lim = g1.EMBODIMENT.limits
         self.q_low, self.q_high = np.array(lim.position_lower), np.array(lim.position_upper)
         self.default_q = g1.CROUCH_Q.copy()
+        self.action_map = joint_position_map(g1.NAME)
         self.controller = JointPDController(JointPDConfig(kp=tuple(KP), kd=tuple(KD)), g1.EMBODIMENT)
         self.q_target = self.default_q.copy()
 
@@ -117,8 +119,7 @@ class HumanoidEnv(RobotEnv):
 
     # ---- control --------------------------------------------------------------------------------
     def _apply_action(self, action: dict[str, np.ndarray]) -> None:
-        q = self.default_q + ACTION_SCALE * action["joint_targets"].astype(np.float64)
-        self.q_target = np.clip(q, self.q_low, self.q_high)
+        self.q_target = self.action_map.to_q(action["joint_targets"])
         self.controller.set_target(JointTarget(self.q_target), float(self.data.time))
 
     def _control(self) -> np.ndarray:

@@ -23,10 +23,10 @@ import numpy as np
 from robot_rl.control.rotations import quat_to_mat
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, cf2x, scenes
+from robot_rl.runtime.actions import MAX_BODY_RATE as MAX_BODY_RATE
+from robot_rl.runtime.actions import thrust_body_rates
 from robot_rl.sim.base_env import RobotEnv
 
-MAX_BODY_RATE = 8.0
-"""Body rate at action magnitude 1 [rad/s]."""
 RATE_GAIN = 40.0
 """Proportional gain of the in-loop body-rate controller [1/s] (temporary, until robot_rl.control has one)."""
 INERTIA = np.array(cf2x.INERTIA)
@@ -118,8 +118,7 @@ class QuadEnv(RobotEnv):
         if self.mode == ControlMode.MOTOR_COMMANDS:
             self.thrust_cmd = action["motors"].astype(np.float64) * cf2x.THRUST_MAX
             return
-        self.collective = float(action["collective"][0]) * 4 * cf2x.THRUST_MAX
-        self.rates_cmd = action["body_rates"].astype(np.float64) * MAX_BODY_RATE
+        self.collective, self.rates_cmd = thrust_body_rates(np.r_[action["collective"], action["body_rates"]])
 
     def _before_physics(self) -> None:
         t = self.data.time + 1.0 / self.config.policy_hz

@@ -1,0 +1,184 @@
+"""Where each observation key of a policy comes from on the ROS graph: topic, message type, extraction.
+
+A checkpoint names the observation keys it was trained on (its :class:`~robot_rl.policies.base.PolicySpec`);
+the policy node subscribes to exactly the topics those keys need, following :data:`SOURCES`:
+
+* arms: ``joint_states`` -> joint_pos / joint_vel / gripper_width (summed finger joints),
+  ``current_pose`` -> tcp_pos / tcp_quat, ``task/object_pose`` -> object_pos / object_quat;
+* floating bases (:mod:`robot_rl.ros.odometry`): ``odom/pose`` -> the humanoid's base_quat, base_height,
+  projected_gravity and the quadrotor's position, quat; ``odom/twist`` (body frame) -> base_linvel,
+  base_angvel (humanoid, body frame) and angvel (quadrotor, body frame); linvel (quadrotor, world frame)
+  needs both;
+* ``image_<camera>`` (any image key of the spec) -> ``<camera>/image_raw``;
+* task inputs with no sensor (goal_pos, goal_vel, a walking command): constants from a parameter,
+  ``"goal_pos=[0.55, 0.0, 0.15]; command=0.3 0 0"`` (:func:`parse_constants`); a constant wins over a topic.
+
+Frames and units are those of the simulated envs, so a policy sees on the graph what it saw in training.
+A key with no source is a :class:`~robot_rl.core.spaces.SpecError` at start-up that names it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+
+from robot_rl.control.rotations import quat_to_mat
+from robot_rl.core.spaces import SpecError
+from robot_rl.robots import robot_module
+from robot_rl.ros.conversions import image_from_msg, joint_state_from_msg, pose_from_msg
+from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, twist_from_msg
+
+Fields = dict[str, np.ndarray]
+Raw = Mapping[str, Fields]
+"""Topic -> the fields parsed from its latest message."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One observation key: the topics it needs and how its value follows from their latest fields."""
+
+    topics: tuple[str, ...]
+    """Topics (keys of :data:`TOPICS`) whose messages are needed."""
+    value: Callable[[Raw], np.ndarray]
+    """Latest parsed fields per topic -> the observation value."""
+
+
+def _pose(msg: PoseStamped) -> Fields:
+    position, quat = pose_from_msg(msg)
+    return {"position": position, "quat": quat}
+
+
+def _twist(msg: TwistStamped) -> Fields:
+    linear, angular = twist_from_msg(msg)
+    return {"linear": linear, "angular": angular}
+
+
+def _gravity_in_body(raw: Raw) -> np.ndarray:
+    return quat_to_mat(raw[POSE_TOPIC]["quat"]).T @ np.array([0.0, 0.0, -1.0])
+
+
+def _world_linvel(raw: Raw) -> np.ndarray:
+    return quat_to_mat(raw[POSE_TOPIC]["quat"]) @ raw[TWIST_TOPIC]["linear"]
+
+
+def _field(topic: str, name: str, part: slice | None = None) -> Source:
+    if part is None:
+        return Source((topic,), lambda raw: raw[topic][name])
+    return Source((topic,), lambda raw: raw[topic][name][part])
+
+
+TOPICS: dict[str, Any] = {"joint_states": JointState, "current_pose": PoseStamped, "task/object_pose": PoseStamped,
+                          POSE_TOPIC: PoseStamped, TWIST_TOPIC: TwistStamped}
+"""Topic -> message type of every state topic a source reads (images: ``<camera>/image_raw``, Image)."""
+SOURCES: dict[str, Source] = {
+    "joint_pos": _field("joint_states", "position"),
+    "joint_vel": _field("joint_states", "velocity"),
+    "gripper_width": _field("joint_states", "gripper_width"),
+    "tcp_pos": _field("current_pose", "position"),
+    "tcp_quat": _field("current_pose", "quat"),
+    "object_pos": _field("task/object_pose", "position"),
+    "object_quat": _field("task/object_pose", "quat"),
+    "base_quat": _field(POSE_TOPIC, "quat"),
+    "base_height": _field(POSE_TOPIC, "position", slice(2, 3)),
+    "projected_gravity": Source((POSE_TOPIC,), _gravity_in_body),
+    "base_linvel": _field(TWIST_TOPIC, "linear"),
+    "base_angvel": _field(TWIST_TOPIC, "angular"),
+    "position": _field(POSE_TOPIC, "position"),
+    "quat": _field(POSE_TOPIC, "quat"),
+    "linvel": Source((POSE_TOPIC, TWIST_TOPIC), _world_linvel),
+    "angvel": _field(TWIST_TOPIC, "angular"),
+}
+"""Observation key -> its source (the envs' keys: arm, humanoid, quadrotor)."""
+
+_ENTRY = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*=\s*\[?([^\]]*)\]?\s*$")
+
+
+def parse_constants(text: str) -> dict[str, np.ndarray]:
+    """``"key=v1, v2, v3; key2=v1 v2"`` (brackets optional) -> key -> float32 vector.
+
+    Raises:
+        ValueError: for an entry that is not ``key=numbers``, a repeated key or a non-finite value.
+    """
+    out: dict[str, np.ndarray] = {}
+    for entry in filter(str.strip, text.split(";")):
+        match = _ENTRY.match(entry)
+        if match is None:
+            raise ValueError(f"constants: {entry.strip()!r} is not key=numbers")
+        key, values = match.group(1), [v for v in re.split(r"[,\s]+", match.group(2)) if v]
+        try:
+            arr = np.array([float(v) for v in values], dtype=np.float32)
+        except ValueError:
+            raise ValueError(f"constants: {key} has a value that is not a number ({match.group(2)!r})") from None
+        if key in out or arr.size == 0 or not np.all(np.isfinite(arr)):
+            raise ValueError(f"constants: {key} is repeated, empty or not finite")
+        out[key] = arr
+    return out
+
+
+class ObservationSources:
+    """Subscribes the topics that ``keys`` need on ``node``; :meth:`observation` assembles the latest values."""
+
+    def __init__(self, node: Node, keys: Sequence[str], robot: str, image_shapes: Mapping[str, tuple[int, int, int]],
+                 constants: Mapping[str, np.ndarray]) -> None:
+        self.node = node
+        self.keys = list(dict.fromkeys(keys))
+        self.constants = {k: np.asarray(v, np.float32) for k, v in constants.items() if k in self.keys}
+        missing = [k for k in self.keys if k not in self.constants and k not in SOURCES and k not in image_shapes]
+        if missing:
+            raise SpecError(f"no source for observation key(s) {missing} on this graph: known topics give "
+                            f"{sorted(SOURCES)} and image_<camera>; give task inputs as constants")
+        emb = robot_module(robot).EMBODIMENT
+        self.joints, self.grippers = list(emb.joint_names), list(emb.gripper_joints)
+        self.image_shapes = dict(image_shapes)
+        self.raw: dict[str, Fields] = {}
+        self.images: dict[str, np.ndarray] = {}
+        self.sourced = [k for k in self.keys if k not in self.constants and k in SOURCES]
+        self.topics = sorted({t for k in self.sourced for t in SOURCES[k].topics})
+        parsers: dict[str, Callable[[Any], Fields]] = {"joint_states": self._joints, "current_pose": _pose,
+                                                       "task/object_pose": _pose, POSE_TOPIC: _pose,
+                                                       TWIST_TOPIC: _twist}
+        for topic in self.topics:
+            node.create_subscription(TOPICS[topic], topic, lambda m, t=topic: self._on_msg(m, t, parsers[t]),
+                                     qos_profile_sensor_data)
+        self.cameras = [k for k in self.keys if k not in self.constants and k not in SOURCES]  # image keys
+        for key in self.cameras:
+            node.create_subscription(Image, f"{key.removeprefix('image_')}/image_raw",
+                                     lambda m, k=key: self._on_image(m, k), qos_profile_sensor_data)
+
+    def _joints(self, msg: JointState) -> Fields:
+        _, q, dq, _ = joint_state_from_msg(msg, self.joints)
+        grip = joint_state_from_msg(msg, self.grippers)[1] if self.grippers else np.zeros(1)
+        return {"position": q, "velocity": np.nan_to_num(dq), "gripper_width": np.array([np.sum(grip)])}
+
+    def _on_msg(self, msg: Any, topic: str, parse: Callable[[Any], Fields]) -> None:
+        try:
+            self.raw[topic] = parse(msg)
+        except SpecError as exc:
+            self.node.get_logger().warn(f"skipping {topic}: {exc}", throttle_duration_sec=1.0)
+
+    def _on_image(self, msg: Image, key: str) -> None:
+        try:
+            self.images[key] = np.array(image_from_msg(msg, self.image_shapes[key]))
+        except SpecError as exc:
+            self.node.get_logger().warn(f"skipping {key}: {exc}", throttle_duration_sec=1.0)
+
+    def waiting_for(self) -> list[str]:
+        """Topics (and cameras) that have not delivered a message yet."""
+        return [t for t in self.topics if t not in self.raw] + [k for k in self.cameras if k not in self.images]
+
+    def observation(self) -> dict[str, np.ndarray] | None:
+        """Every key's latest value (float32 states, uint8 images), or None while an input is still missing."""
+        if self.waiting_for():
+            return None
+        obs = {k: np.asarray(SOURCES[k].value(self.raw), dtype=np.float32) for k in self.sourced}
+        obs.update({k: v.copy() for k, v in self.constants.items()})
+        obs.update({k: self.images[k] for k in self.cameras})
+        return obs
