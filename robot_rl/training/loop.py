@@ -163,12 +163,9 @@ class Ema:
     def count(self, value: int) -> None:
         self.averaged.n_averaged.fill_(int(value))
 
-    @torch.no_grad()
     def update(self, policy: Policy) -> None:
         """Move the average toward the current weights; buffers (normaliser statistics) are copied."""
-        self.averaged.update_parameters(policy)
-        for buf, src in zip(self.module.buffers(), policy.buffers()):
-            buf.copy_(src)
+        self.averaged.update_parameters(policy)  # use_buffers=False: buffers are copied, not averaged
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The averaged policy's tensors."""
