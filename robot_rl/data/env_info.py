@@ -10,6 +10,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from robot_rl.core import ControlMode
 from robot_rl.data.schema import DatasetInfo
 
 
@@ -26,6 +27,9 @@ def env_controller(env: Any) -> dict[str, Any]:
     config = getattr(env.unwrapped, "config", None)
     keys = ("control_mode", "policy_hz", "physics_hz")
     out = {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), (str, int, float))}
+    mode = getattr(env.unwrapped, "mode", None)  # the mode the env resolved (its own default when not configured)
+    if isinstance(mode, ControlMode) and not out.get("control_mode"):
+        out["control_mode"] = mode.value
     embodiment = getattr(env.unwrapped, "embodiment", None)
     if embodiment is not None and not out.get("control_mode"):
         out["control_mode"] = str(getattr(embodiment.default_control_mode, "value", embodiment.default_control_mode))

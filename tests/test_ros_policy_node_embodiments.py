@@ -1,0 +1,145 @@
+"""The policy node drives any embodiment from its checkpoint's spec: G1 joint targets, Crazyflie body rates.
+
+A tiny policy is trained here on an expert's steps in the env (robot and control mode land in its spec),
+then the launch file's sim node + policy node run as real processes; the commands must flow on the
+control mode's topic, in range, and the simulated controller must accept every one of them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from geometry_msgs.msg import PoseStamped, TwistStamped  # noqa: E402
+from helpers.ros_spin import spin_until  # noqa: E402
+from helpers.tiny_policy import train_tiny_policy  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Int64, String  # noqa: E402
+
+from robot_rl.core.spaces import SpecError  # noqa: E402
+from robot_rl.robots import cf2x, g1  # noqa: E402
+from robot_rl.ros.launch_processes import launch  # noqa: E402
+from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.observation_sources import ObservationSources, parse_constants  # noqa: E402
+from robot_rl.ros.qos import LATCHED  # noqa: E402
+from robot_rl.runtime.actions import MAX_BODY_RATE  # noqa: E402
+from robot_rl.sim.experts import BalanceExpert, HoverExpert  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+HUMANOID_KEYS = ["joint_pos", "joint_vel", "base_quat", "base_angvel", "base_linvel", "projected_gravity",
+                 "base_height"]
+QUAD_KEYS = ["position", "quat", "linvel", "angvel", "goal_pos", "goal_vel"]
+
+
+def _run(launch_file: str, ckpt: Path, tmp_path: Path, topic: str, msg_type: type, n: int) -> dict:
+    """Bring the graph up, collect ``n`` commands on ``topic``, the controller's modes and rejection counts."""
+    got: dict = {"commands": [], "modes": [], "rejected": [], "versions": [], "odom": []}
+    description = load_launch_file(launch_file, {"with_policy": "true", "policy_path": str(ckpt)})
+    with launch(description, tmp_path / "logs") as graph:
+        rclpy.init()
+        node = rclpy.create_node("embodiment_probe")
+        try:
+            node.create_subscription(msg_type, topic, got["commands"].append, 10)
+            node.create_subscription(String, "/controller/mode", lambda m: got["modes"].append(m.data), LATCHED)
+            node.create_subscription(Int64, "/policy/version", lambda m: got["versions"].append(m.data), LATCHED)
+            node.create_subscription(PoseStamped, "/odom/pose", got["odom"].append, 10)
+
+            def on_diag(msg: DiagnosticArray) -> None:
+                for status in msg.status:
+                    got["rejected"] += [int(v.value) for v in status.values if v.key == "rejected_targets"]
+            node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+            assert spin_until(node, 90, until=lambda: len(got["commands"]) >= n), graph.log("policy")
+            t0 = time.monotonic()
+            assert spin_until(node, 10, until=lambda: got["rejected"] and time.monotonic() - t0 > 2.5)
+            got["policy_log"] = graph.log("policy")
+            assert graph.is_running("policy") and graph.is_running("sim")
+        finally:
+            node.destroy_node()
+            rclpy.shutdown()
+    return got
+
+
+def test_humanoid_policy_streams_named_joint_targets(tmp_path: Path) -> None:
+    policy = train_tiny_policy("robot_rl/HumanoidStand-v0", BalanceExpert(), HUMANOID_KEYS)
+    assert (policy.spec.robot, policy.spec.control_mode) == ("g1", "joint_position")
+    got = _run("humanoid_sim.launch.yaml", policy.save(tmp_path / "policy"), tmp_path, "/target_joint", JointState, 30)
+    low, high = np.array(g1.EMBODIMENT.limits.position_lower), np.array(g1.EMBODIMENT.limits.position_upper)
+    for msg in got["commands"]:
+        assert list(msg.name) == list(g1.JOINT_NAMES)
+        q = np.array(msg.position)
+        assert q.shape == (29,) and np.all(np.isfinite(q))
+        assert np.all(q >= low - 1e-9) and np.all(q <= high + 1e-9)
+    assert len({tuple(np.round(m.position, 6)) for m in got["commands"]}) > 1  # the policy acts, not a constant
+    assert got["odom"] and got["versions"] == [0]
+    assert "joint_position on target_joint" in got["policy_log"]
+    assert "active" in got["modes"] or "blending" in got["modes"]  # the safety layer took the stream
+    assert max(got["rejected"]) == 0, got["modes"]
+
+
+def test_quadrotor_policy_streams_body_rates_the_controller_accepts(tmp_path: Path) -> None:
+    policy = train_tiny_policy("robot_rl/QuadHover-v0", HoverExpert(), QUAD_KEYS)
+    assert (policy.spec.robot, policy.spec.control_mode) == ("cf2x", "thrust_body_rates")
+    got = _run("quadrotor_sim.launch.yaml", policy.save(tmp_path / "policy"), tmp_path, "/target_body_rates",
+               TwistStamped, 30)
+    for msg in got["commands"]:
+        thrust = msg.twist.linear.z
+        rates = np.array([msg.twist.angular.x, msg.twist.angular.y, msg.twist.angular.z])
+        assert np.isfinite(thrust) and 0.0 <= thrust <= 4 * cf2x.THRUST_MAX + 1e-9
+        assert np.all(np.isfinite(rates)) and np.all(np.abs(rates) <= MAX_BODY_RATE + 1e-9)
+        assert msg.twist.linear.x == msg.twist.linear.y == 0.0
+    assert "thrust_body_rates on target_body_rates" in got["policy_log"]
+    assert "active" in got["modes"] or "blending" in got["modes"]
+    assert max(got["rejected"]) == 0, got["modes"]
+
+
+def test_constants_parse_and_refuse_garbage() -> None:
+    parsed = parse_constants("goal_pos=[0.55, 0.0, 0.15]; command=0.3 0 0;")
+    np.testing.assert_allclose(parsed["goal_pos"], [0.55, 0.0, 0.15])
+    np.testing.assert_allclose(parsed["command"], [0.3, 0.0, 0.0])
+    assert parse_constants("") == {}
+    for bad in ("goal_pos", "goal_pos=a b", "x=1; x=2", "x=nan"):
+        with pytest.raises(ValueError, match="constants"):
+            parse_constants(bad)
+
+
+def test_keys_without_a_source_are_named_at_startup() -> None:
+    rclpy.init()
+    node = rclpy.create_node("sources_probe")
+    try:
+        with pytest.raises(SpecError, match=r"\['wind_speed'\]"):
+            ObservationSources(node, ["position", "wind_speed", "goal_pos"], "cf2x", {}, {"goal_pos": np.zeros(3)})
+        sources = ObservationSources(node, ["position", "linvel", "goal_pos"], "cf2x", {}, {"goal_pos": np.zeros(3)})
+        assert sources.topics == ["odom/pose", "odom/twist"] and sources.observation() is None  # nothing arrived yet
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+
+
+@pytest.mark.parametrize(("env_id", "robot", "keys"), [("robot_rl/HumanoidStand-v0", g1, HUMANOID_KEYS[2:]),
+                                                       ("robot_rl/QuadHover-v0", cf2x, QUAD_KEYS[:4])])
+def test_odometry_gives_the_env_observation(env_id: str, robot: object, keys: list[str]) -> None:
+    """Frames: the keys read from odom/pose + odom/twist equal what the env observed in training."""
+    import gymnasium as gym
+
+    from robot_rl.control.base import RobotState
+    from robot_rl.ros.observation_sources import SOURCES, _pose, _twist
+    from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
+
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=4)
+    for _ in range(3):
+        obs, *_ = env.step(env.action_space.sample())
+    d = env.unwrapped.data
+    state = RobotState(np.zeros(0), np.zeros(0), 0.0, d.qpos[robot.QPOS_BASE_POS], d.qpos[robot.QPOS_BASE_QUAT],
+                       d.qvel[robot.QVEL_BASE_LINVEL], d.qvel[robot.QVEL_BASE_ANGVEL])
+    pose, twist = odometry_to_msgs(state, 0, "world", "body")
+    raw = {POSE_TOPIC: _pose(pose), TWIST_TOPIC: _twist(twist)}
+    for key in keys:
+        np.testing.assert_allclose(SOURCES[key].value(raw), obs[key], atol=1e-5, err_msg=key)
+    env.close()
