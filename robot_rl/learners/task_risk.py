@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from robot_rl.sim import scenes
-from robot_rl.sim.experts.arm import PickLiftExpert, _wrap, _yaw_from_quat
+from robot_rl.control.rotations import quat_yaw
+from robot_rl.robots import scenes
+from robot_rl.sim.experts.arm import PickLiftExpert, wrap_angle
 
 StateRisk = Callable[[Mapping[str, np.ndarray]], float]
 
@@ -37,7 +38,7 @@ def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
     tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
     width = float(obs["gripper_width"][0])
     off_xy = float(np.linalg.norm(obj[:2] - tcp[:2]))
-    dyaw = abs(_wrap(_yaw_from_quat(obs["object_quat"]) - _yaw_from_quat(obs["tcp_quat"]), np.pi / 2))
+    dyaw = abs(wrap_angle(quat_yaw(obs["object_quat"]) - quat_yaw(obs["tcp_quat"]), np.pi / 2))
     height = float(tcp[2] - obj[2])
     lifted = obj[2] > scenes.CUBE_HALF + 0.01
     holding = PickLiftExpert.GRASP_MIN <= width <= PickLiftExpert.GRASP_MAX and off_xy < 0.03 and height < 0.03

@@ -12,21 +12,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from robot_rl.control.rotations import quat_to_mat
-from robot_rl.sim import scenes
+from robot_rl.control.rotations import quat_to_mat, quat_yaw
+from robot_rl.robots import scenes
 from robot_rl.sim.envs.arm_base import MAX_ANG_SPEED, MAX_LIN_SPEED
 
 OPEN, CLOSED = 1.0, -1.0
 
 
-def _yaw_from_quat(q: np.ndarray) -> float:
-    w, x, y, z = (float(v) for v in q)
-    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
-
-
-def _wrap(angle: float, period: float) -> float:
-    """Wrap into [-period/2, period/2)."""
-    return float((angle + period / 2) % period - period / 2)
+def wrap_angle(angle: float, period: float) -> float:
+    """Wrap into [-period/2, period/2): ``period`` pi/2 compares yaws of a cube, square every 90 degrees."""
+    return float(np.remainder(angle + period / 2, period) - period / 2)
 
 
 class _ArmExpert:
@@ -49,7 +44,7 @@ class _ArmExpert:
         self._hand_z = quat_to_mat(obs["tcp_quat"])[:, 2]
 
     def _hand_yaw(self, obs: Mapping[str, np.ndarray]) -> float:
-        return _yaw_from_quat(obs["tcp_quat"])
+        return quat_yaw(obs["tcp_quat"])
 
     def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:  # pragma: no cover - abstract
         """The action for this observation."""
@@ -89,7 +84,7 @@ class PickLiftExpert(_ArmExpert):
         self._observe_hand(obs)
         tcp, obj, goal = obs["tcp_pos"], obs["object_pos"], obs["goal_pos"]
         width = float(obs["gripper_width"][0])
-        dyaw = _wrap(_yaw_from_quat(obs["object_quat"]) - self._hand_yaw(obs), np.pi / 2)
+        dyaw = wrap_angle(quat_yaw(obs["object_quat"]) - self._hand_yaw(obs), np.pi / 2)
         rel = obj - tcp
         holding = self.GRASP_MIN <= width <= self.GRASP_MAX and np.linalg.norm(rel) < 0.03
         if holding:
