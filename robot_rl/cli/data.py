@@ -108,8 +108,8 @@ def _record(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import robot_rl.sim  # noqa: F401 - registers the robot_rl envs
+    from robot_rl.data.env_info import dataset_info
     from robot_rl.data.recorder import record
-    from robot_rl.data.schema import DatasetInfo
     from robot_rl.data.store import EpisodeStore
 
     for module in args.imports:
@@ -127,10 +127,8 @@ def _record(args: argparse.Namespace) -> int:
         if store.dropped_frames:
             print(f"dropped an incomplete episode ({store.dropped_frames} frames) left by an earlier crash")
     else:
-        info = DatasetInfo(robot=args.robot or _env_robot(env), fps=args.fps or _env_fps(env),
-                           task=args.task or args.env, cameras=_env_cameras(env),
-                           controller=_env_controller(env),
-                           source=f"gymnasium:{args.env} expert:{args.expert}")
+        info = dataset_info(env, args.env, task=args.task, source=f"gymnasium:{args.env} expert:{args.expert}",
+                            robot=args.robot, fps=args.fps)
         store = EpisodeStore.create(out, info)
     try:
         with store:
@@ -177,40 +175,6 @@ def _make_expert(spec: str, env: Any, env_id: str) -> Any:
                   if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
         return target(env) if params else target()  # type: ignore[call-arg]
     return target
-
-
-def _env_fps(env: Any) -> float:
-    dt = getattr(env.unwrapped, "dt", None)
-    if isinstance(dt, (int, float)) and dt > 0:
-        return float(1.0 / dt)
-    return float(env.metadata.get("render_fps") or 10.0)
-
-
-def _env_controller(env: Any) -> dict[str, Any]:
-    """Control settings of a robot_rl env (mode, rates); empty for other envs."""
-    config = getattr(env.unwrapped, "config", None)
-    keys = ("control_mode", "policy_hz", "physics_hz")
-    out = {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), (str, int, float))}
-    embodiment = getattr(env.unwrapped, "embodiment", None)
-    if embodiment is not None and not out.get("control_mode"):
-        out["control_mode"] = str(getattr(embodiment.default_control_mode, "value", embodiment.default_control_mode))
-    return out
-
-
-def _env_robot(env: Any) -> str:
-    embodiment = getattr(env.unwrapped, "embodiment", None)
-    robot = getattr(embodiment, "name", None) or getattr(env.unwrapped, "robot", None)
-    return robot if isinstance(robot, str) and robot else "unknown"
-
-
-def _env_cameras(env: Any) -> dict[str, dict[str, Any]]:
-    import gymnasium as gym
-
-    space = env.observation_space
-    if not isinstance(space, gym.spaces.Dict):
-        return {}
-    return {k: {"height": int(s.shape[0]), "width": int(s.shape[1])} for k, s in space.spaces.items()
-            if isinstance(s, gym.spaces.Box) and s.dtype == "uint8" and len(s.shape) == 3}
 
 
 def _info(args: argparse.Namespace) -> int:
