@@ -76,6 +76,7 @@ def test_teleop_session_is_recorded_with_interventions(tmp_path: Path) -> None:
             last = store.read_episode(1)
             assert store.episode_info(1).success is None and bool(last["truncated"][-1])
             assert not last["terminated"].any()
+        assert store.info.controller["control_mode"] == "cartesian_pose"  # what a policy trained on it emits
         info = store.episode_info(0)
         assert info.success is True and info.length > 30  # ~4 s at 10 Hz
         ep = store.read_episode(0)

@@ -72,7 +72,9 @@ class RecorderNode(Node):
         if path.exists():
             self.store = EpisodeStore.open(path, mode="a")
         else:
+            # the recorded action is the absolute tool target in force: a cartesian_pose policy trains on it
             self.store = EpisodeStore.create(path, DatasetInfo(robot=cfg.robot, fps=cfg.rate_hz, task=cfg.task,
+                                                               controller={"control_mode": "cartesian_pose"},
                                                                source="ros:recorder_node"))
         self.recorder = StreamRecorder(self.store, task=cfg.task or None, max_steps=cfg.max_steps)
         self.active = True
