@@ -192,3 +192,34 @@ def test_threaded_runner_holds_until_the_first_chunk_then_streams() -> None:
         assert runner.chunks >= 2  # further chunks were requested and arrived without blocking step()
     finally:
         runner.close()
+
+
+def test_runner_device_setting_moves_the_policy_and_keeps_cpu_results() -> None:
+    from robot_rl.core.device import DeviceError
+
+    obs = [{"pos": np.array([0.1 * i, -0.1 * i], np.float32)} for i in range(6)]
+    policy = tiny_policy()
+    plain = PolicyRunner(policy)
+    plain.reset(seed=1)
+    before = np.stack([plain.act(o) for o in obs])
+    on_cpu = PolicyRunner(policy, device="cpu")
+    on_cpu.reset(seed=1)
+    assert on_cpu.policy.device.type == "cpu"
+    np.testing.assert_array_equal(before, np.stack([on_cpu.act(o) for o in obs]))
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError):
+            PolicyRunner(tiny_policy(), device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_runner_on_cuda_acts_like_the_cpu_runner() -> None:
+    obs = [{"pos": np.array([0.1 * i, -0.1 * i], np.float32)} for i in range(6)]
+    policy = tiny_policy()
+    cpu = PolicyRunner(policy, device="cpu")
+    cpu.reset(seed=2)
+    on_cpu = np.stack([cpu.act(o) for o in obs])
+    gpu = PolicyRunner(policy, device="cuda")
+    assert gpu.policy.device.type == "cuda"
+    gpu.reset(seed=2)  # the noise is drawn on the CPU generator, so both see the same noise
+    np.testing.assert_allclose(on_cpu, np.stack([gpu.act(o) for o in obs]), atol=1e-4)

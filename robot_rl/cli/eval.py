@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", help="task text for language-conditioned policies (default: the policy's own)")
     parser.add_argument("--out", help="folder for eval.json / eval.png (default: the policy folder)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -42,13 +43,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     import robot_rl.sim  # noqa: F401  (registers the env ids)
+    from robot_rl.core.device import DeviceError, resolve_device
     from robot_rl.policies.base import CheckpointError, Policy
     from robot_rl.training.evaluate import env_options_for, evaluate, save_report
 
     torch.set_num_threads(args.threads)
     try:
-        policy = Policy.load(args.policy)
-    except (CheckpointError, ValueError) as exc:
+        policy = Policy.load(args.policy).to(resolve_device(args.device))
+    except (CheckpointError, DeviceError, ValueError) as exc:
         print(f"robot-rl eval: error: {exc}")
         return 2
     if args.steps is not None:

@@ -34,6 +34,7 @@ from rclpy.node import Node
 from std_msgs.msg import Bool, Float64, Float64MultiArray, Int64, String
 
 from robot_rl.control.base import TargetRejected
+from robot_rl.core.device import check_device_name
 from robot_rl.core.spaces import SpecError
 from robot_rl.learners.transport import BatchingSender, ReconnectingSender
 from robot_rl.policies.base import Policy
@@ -69,6 +70,8 @@ class PolicyNodeConfig:
     """Observation keys with no sensor, e.g. "goal_vel=0 0 0; command=[0.3, 0, 0]" (task inputs)."""
     inference_steps: int = 0
     """Sampling steps per chunk; 0 keeps the policy's default."""
+    device: str = "auto"
+    """Where the network runs: auto (CUDA when present) | cpu | cuda[:index]."""
     poll_s: float = 1.0
     """How often weights_dir is checked."""
     base_frame: str = "base"
@@ -88,6 +91,7 @@ class PolicyNodeConfig:
         if self.goal_pos and len(self.goal_pos) != 3:
             raise ValueError(f"goal_pos must have 3 values, got {self.goal_pos}")
         parse_constants(self.constants)
+        check_device_name(self.device)
         if self.send_every < 1 or self.poll_s <= 0:
             raise ValueError(f"send_every must be >= 1 and poll_s > 0, got {self.send_every}, {self.poll_s}")
 
@@ -112,7 +116,7 @@ class PolicyNode(Node):
         if cfg.goal_pos:
             constants.setdefault("goal_pos", np.asarray(cfg.goal_pos, np.float32))
         self.runner = PolicyRunner(policy, self._weights_dir(), num_steps=cfg.inference_steps or None, threaded=True,
-                                   on_swap=self._on_swap, on_error=self._on_error)
+                                   on_swap=self._on_swap, on_error=self._on_error, device=cfg.device)
         self.sources = ObservationSources(self, [*self.runner.keys, *self.adapter.measured_keys], robot,
                                           spec.image_shapes, constants)
         emb = robot_module(robot).EMBODIMENT

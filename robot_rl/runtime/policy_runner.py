@@ -6,6 +6,7 @@ actions. Running it on a robot or in an env needs more, the same everywhere:
 * an observation history of ``n_obs_steps`` frames (the first frame repeated at an episode start);
 * a :class:`~robot_rl.policies.chunking.ChunkExecutor` that turns chunks into one action per step and
   joins consecutive chunks smoothly;
+* the device it computes on (``device="auto"``: CUDA when present), observations and actions staying numpy;
 * new weights from a learner's ``weights/v<N>/`` folder (:class:`~robot_rl.learners.transport.WeightsWatcher`),
   checked when found and applied only between chunks, so a chunk never mixes two versions; a refused
   folder leaves the running weights acting and is not retried.
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from robot_rl.core.device import resolve_device
 from robot_rl.core.spaces import SpecError
 from robot_rl.learners.transport import WeightsWatcher
 from robot_rl.policies.base import CheckpointError, Policy
@@ -40,7 +42,9 @@ class PolicyRunner:
 
     def __init__(self, policy: Policy, weights_dir: str | Path | None = None, num_steps: int | None = None,
                  threaded: bool = False, on_swap: Callable[[int], None] | None = None,
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None, device: str | None = None) -> None:
+        if device is not None:  # "auto" | "cpu" | "cuda[:i]"; None leaves the policy where it is
+            policy.to(resolve_device(device))
         self.policy = policy
         self.keys = [*policy.state_keys, *policy.image_keys]
         self.num_steps = num_steps
