@@ -17,11 +17,8 @@ controller's watchdog. Weights appearing in ``weights_dir`` as ``v<N>/`` are che
 between chunks; a bad checkpoint is refused and the running weights stay. Also published:
 ``policy/version`` (Int64, latched) and ``policy/action`` (Float64MultiArray, the raw action).
 
-Actor role (``learner_run`` set, a learner node's run folder): every tick also becomes a labelled
-Transition (:class:`~robot_rl.runtime.step_stream.StepStream`) sent to the learner every ``send_every``
-steps; while the latched ``intervention`` is true the step is the human's, relabelled from the robot's
-measured motion (and ``teleop/gripper``); ``episode_event`` (success / failure / rerecord) ends episodes.
-If the learner is away, steps queue and go out when it is back.
+Actor role (``learner_run`` set, a learner node's run folder): every tick also goes to the learner as
+a labelled transition (:class:`~robot_rl.ros.streaming_actor.StreamingActor`).
 """
 
 from __future__ import annotations
@@ -31,22 +28,21 @@ from pathlib import Path
 
 import numpy as np
 from rclpy.node import Node
-from std_msgs.msg import Bool, Float64, Float64MultiArray, Int64, String
+from std_msgs.msg import Float64MultiArray, Int64
 
 from robot_rl.control.base import TargetRejected
 from robot_rl.core.device import check_device_name
 from robot_rl.core.spaces import SpecError
-from robot_rl.learners.transport import BatchingSender, ReconnectingSender
 from robot_rl.policies.base import Policy
 from robot_rl.robots import robot_module
 from robot_rl.ros.command_publisher import CommandPublisher
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.observation_sources import ObservationSources, parse_constants
 from robot_rl.ros.params import declare_config
-from robot_rl.ros.qos import EVENTS, LATCHED
+from robot_rl.ros.qos import LATCHED
+from robot_rl.ros.streaming_actor import StreamingActor
 from robot_rl.runtime.actions import ActionAdapter, Command, control_mode, make_adapter
 from robot_rl.runtime.policy_runner import PolicyRunner
-from robot_rl.runtime.step_stream import StepStream
 
 
 @dataclass(frozen=True)
@@ -171,55 +167,6 @@ class PolicyNode(Node):
         self.runner.close()
         if self.actor is not None:
             self.actor.close()
-
-
-class StreamingActor:
-    """The policy node's actor role: ticks -> transitions -> the learner (see the module docstring)."""
-
-    def __init__(self, node: PolicyNode, run: Path) -> None:
-        self.node = node
-        self.stream = StepStream(node.adapter.relabel)
-        self.sender = ReconnectingSender(run, limit=100_000)
-        self.batches = BatchingSender(self.sender, node.config.send_every)
-        self.human, self.human_gripper = False, 1.0
-        self.last_action: np.ndarray | None = None
-        node.create_subscription(Bool, "intervention", lambda m: setattr(self, "human", bool(m.data)), LATCHED)
-        node.create_subscription(Float64, "teleop/gripper", self._on_gripper, 10)
-        node.create_subscription(String, "episode_event", self._on_event, EVENTS)
-
-    def _on_gripper(self, msg: Float64) -> None:
-        if np.isfinite(msg.data):
-            self.human_gripper = float(np.clip(msg.data, 0.0, 1.0))
-
-    def _stamp(self) -> float:
-        return self.node.get_clock().now().nanoseconds * 1e-9
-
-    def tick(self, obs: dict[str, np.ndarray], action: np.ndarray | None) -> None:
-        """One control period: the proposal in force (the last one when inference is late)."""
-        if action is not None:
-            self.last_action = np.asarray(action, np.float32)
-        if self.last_action is None:
-            return
-        t = self.stream.tick(obs, self.last_action, self.human, self.node.runner.version, self.human_gripper,
-                             self._stamp())
-        if t is not None:
-            self.batches.add(t)
-
-    def _on_event(self, msg: String) -> None:
-        event, obs = msg.data.strip().lower(), self.node.sources.observation()
-        if event == "rerecord":
-            self.stream.discard_episode()
-        elif event in ("success", "failure") and obs is not None:
-            t = self.stream.end_episode(obs, event == "success", self.human_gripper, self._stamp())
-            if t is not None:
-                self.batches.add(t)
-            self.batches.flush()
-
-    def close(self) -> None:
-        """Send what is pending (briefly) and disconnect."""
-        self.batches.flush()
-        self.sender.flush(timeout=2.0)
-        self.sender.close()
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,0 +1,71 @@
+"""The policy node's actor role: its ticks become labelled transitions streamed to an online learner.
+
+While the latched ``intervention`` is true a step is the human's, relabelled from the robot's measured
+motion (and ``teleop/gripper``) into the policy's action space by the node's action adapter;
+``episode_event`` (success / failure / rerecord) ends episodes. Steps go out every ``send_every`` ticks;
+if the learner is away they queue (bounded) and go out when it is back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from std_msgs.msg import Bool, Float64, String
+
+from robot_rl.learners.transport import BatchingSender, ReconnectingSender
+from robot_rl.ros.qos import EVENTS, LATCHED
+from robot_rl.runtime.step_stream import StepStream
+
+if TYPE_CHECKING:
+    from robot_rl.ros.policy_node import PolicyNode
+
+
+class StreamingActor:
+    """Ticks of a :class:`PolicyNode` -> transitions -> the learner of a run folder."""
+
+    def __init__(self, node: PolicyNode, run: Path) -> None:
+        self.node = node
+        self.stream = StepStream(node.adapter.relabel)
+        self.sender = ReconnectingSender(run, limit=100_000)
+        self.batches = BatchingSender(self.sender, node.config.send_every)
+        self.human, self.human_gripper = False, 1.0
+        self.last_action: np.ndarray | None = None
+        node.create_subscription(Bool, "intervention", lambda m: setattr(self, "human", bool(m.data)), LATCHED)
+        node.create_subscription(Float64, "teleop/gripper", self._on_gripper, 10)
+        node.create_subscription(String, "episode_event", self._on_event, EVENTS)
+
+    def _on_gripper(self, msg: Float64) -> None:
+        if np.isfinite(msg.data):
+            self.human_gripper = float(np.clip(msg.data, 0.0, 1.0))
+
+    def _stamp(self) -> float:
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def tick(self, obs: dict[str, np.ndarray], action: np.ndarray | None) -> None:
+        """One control period: the proposal in force (the last one when inference is late)."""
+        if action is not None:
+            self.last_action = np.asarray(action, np.float32)
+        if self.last_action is None:
+            return
+        t = self.stream.tick(obs, self.last_action, self.human, self.node.runner.version, self.human_gripper,
+                             self._stamp())
+        if t is not None:
+            self.batches.add(t)
+
+    def _on_event(self, msg: String) -> None:
+        event, obs = msg.data.strip().lower(), self.node.sources.observation()
+        if event == "rerecord":
+            self.stream.discard_episode()
+        elif event in ("success", "failure") and obs is not None:
+            t = self.stream.end_episode(obs, event == "success", self.human_gripper, self._stamp())
+            if t is not None:
+                self.batches.add(t)
+            self.batches.flush()
+
+    def close(self) -> None:
+        """Send what is pending (briefly) and disconnect."""
+        self.batches.flush()
+        self.sender.flush(timeout=2.0)
+        self.sender.close()
