@@ -206,12 +206,7 @@ def _validate(args: argparse.Namespace) -> int:
     from robot_rl.data.validate import validate_store
 
     report = validate_store(args.path, progress=_progress(args))
-    for line in report.issues:
-        print(f"ISSUE   {line}")
-    for line in report.warnings:
-        print(f"WARNING {line}")
-    verdict = "OK" if report.ok else f"{len(report.issues)} issue(s)"
-    print(f"{verdict}: {report.episodes} episode(s), {report.frames} frame(s) checked in {args.path}")
+    print("\n".join(report.lines()))
     return 0 if report.ok else 1
 
 

@@ -153,12 +153,7 @@ class Demo:
         from robot_rl.data.validate import validate_store
 
         report = validate_store(self.demos, progress=True)
-        for line in report.issues:
-            print(f"ISSUE   {line}")
-        for line in report.warnings:
-            print(f"WARNING {line}")
-        verdict = "OK" if report.ok else f"{len(report.issues)} issue(s)"
-        print(f"{verdict}: {report.episodes} episode(s), {report.frames} frame(s) checked in {self.demos}")
+        print("\n".join(report.lines()))
         if not report.ok:
             raise RuntimeError(f"{self.demos}: the recorded store is not valid")
         plots, lerobot = self.out / "plots", self.out / "lerobot"

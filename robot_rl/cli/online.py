@@ -23,6 +23,8 @@ HELP = "online fine-tuning: learner + actors with a simulated human (HG-DAgger),
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``robot-rl online``."""
+    from robot_rl.learners.roles import add_role_parsers
+
     sub = parser.add_subparsers(dest="role", metavar="ROLE", required=True)
     run = sub.add_parser("run", help="start a learner and the actors, wait, print the learning curve")
     run.add_argument("--config", default=None,
@@ -32,12 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--demos", help="episode store of demonstrations to mix in (overrides the config)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. actor.episodes=20 (repeatable)")
-    learner = sub.add_parser("learner", help="the learner process of a run folder")
-    learner.add_argument("--run", required=True, help="run folder holding online.yaml")
-    learner.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
-    actor = sub.add_parser("actor", help="one actor process of a run folder")
-    actor.add_argument("--run", required=True, help="run folder holding online.yaml")
-    actor.add_argument("--index", type=int, default=0, help="actor number (seeds, log file)")
+    add_role_parsers(sub)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,6 +38,12 @@ class ValidationReport:
         """No issues (warnings allowed)."""
         return not self.issues
 
+    def lines(self) -> list[str]:
+        """The report as printed: one line per issue and warning, then the verdict."""
+        verdict = "OK" if self.ok else f"{len(self.issues)} issue(s)"
+        return [*(f"ISSUE   {i}" for i in self.issues), *(f"WARNING {w}" for w in self.warnings),
+                f"{verdict}: {self.episodes} episode(s), {self.frames} frame(s) checked in {self.path}"]
+
 
 def validate_store(path: str | Path, progress: bool = False) -> ValidationReport:
     """Check structure, then every episode's columns, meta rows and final observation."""

@@ -59,16 +59,20 @@ def command(role: str, run: str | Path, *options: str) -> list[str]:
     return [sys.executable, "-m", "robot_rl.learners.roles", role, "--run", str(run), *options]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the child processes."""
-    parser = argparse.ArgumentParser(prog="python -m robot_rl.learners.roles", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="role", required=True)
+def add_role_parsers(sub: Any) -> None:
+    """The ``learner`` and ``actor`` sub-commands (shared with ``robot-rl online``)."""
     learner = sub.add_parser("learner", help="the learner process of a run folder")
     learner.add_argument("--run", required=True, help="run folder holding online.yaml")
     learner.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
     actor = sub.add_parser("actor", help="one actor process of a run folder")
     actor.add_argument("--run", required=True, help="run folder holding online.yaml")
     actor.add_argument("--index", type=int, default=0, help="actor number (seeds, log file)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the child processes."""
+    parser = argparse.ArgumentParser(prog="python -m robot_rl.learners.roles", description=__doc__.split("\n")[0])
+    add_role_parsers(parser.add_subparsers(dest="role", required=True))
     args = parser.parse_args(argv)
     try:
         if args.role == "learner":
