@@ -210,8 +210,15 @@ class Policy(nn.Module):
     # ========================================================================= inference
     @torch.no_grad()
     def predict_chunk(self, obs: Mapping[str, Any], num_steps: int | None = None,
-                      generator: torch.Generator | None = None, task: str | list[str] | None = None) -> np.ndarray:
-        """Raw action chunk(s): histories {key: (To, ...)} -> (H, A); batched {key: (B, To, ...)} -> (B, H, A)."""
+                      generator: torch.Generator | None = None, task: str | list[str] | None = None,
+                      noise: np.ndarray | torch.Tensor | None = None) -> np.ndarray:
+        """Raw action chunk(s): histories {key: (To, ...)} -> (H, A); batched {key: (B, To, ...)} -> (B, H, A).
+
+        ``noise`` ((H, A), or (B, H, A) for a batch) is the starting noise instead of a random draw, so a
+        caller can steer the frozen policy through its latent noise (DSRL: Wagenmaker et al., "Steering Your
+        Diffusion Policy with Latent Space Reinforcement Learning", arXiv:2506.15799). The chunk is then a
+        function of observation and noise for every sampler but DDPM, which draws fresh noise at each step.
+        """
         batch, single = self._check_obs(obs)
         device = self.device
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
@@ -221,9 +228,19 @@ class Policy(nn.Module):
             b = next(iter(batch.values())).shape[0]
             tasks = [task] * b if isinstance(task, str) else (task if task is not None else [self.task] * b)
             cond = self.condition(batch, list(tasks))
-            # noise is drawn on the CPU (a seeded CPU generator gives the same chunk on every device)
-            noise = torch.randn((b, self.config.horizon, self.spec.action_dim), generator=generator).to(device)
-            chunk = self.normalizer.unnormalize("action", self._sample(noise, cond, num_steps)).float().cpu().numpy()
+            shape = (b, self.config.horizon, self.spec.action_dim)
+            if noise is None:  # drawn on the CPU (a seeded CPU generator gives the same chunk on every device)
+                start = torch.randn(shape, generator=generator)
+            else:
+                start = torch.as_tensor(noise).detach().float()
+                if tuple(start.shape) != (shape[1:] if single else shape):
+                    raise SpecError(f"noise: expected shape {shape[1:] if single else shape}, "
+                                    f"got {tuple(start.shape)}")
+                if not bool(torch.isfinite(start).all()):
+                    raise SpecError("noise: contains NaN or inf")
+                start = start.reshape(shape)
+            out = self.normalizer.unnormalize("action", self._sample(start.to(device), cond, num_steps))
+            chunk = out.float().cpu().numpy()
         finally:
             self.train(was_training)
         return chunk[0] if single else chunk

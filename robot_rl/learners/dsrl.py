@@ -1,0 +1,339 @@
+"""DSRL: reinforcement learning in the latent-noise space of a frozen diffusion / flow / MeanFlow policy.
+
+Wagenmaker et al., "Steering Your Diffusion Policy with Latent Space Reinforcement Learning"
+(arXiv:2506.15799): a generative policy maps (observation, Gaussian noise w) to an action chunk, so an RL
+agent that picks w instead of drawing it steers the policy without touching its weights. Everything it
+can do stays on the policy's learned manifold, and no gradient ever goes through the denoiser.
+
+This is the noise-aliased variant (DSRL-NA):
+
+* an action critic Q_A(s, a) learns by TD on the EXECUTED actions (the first ``action_steps`` of the
+  chunk), so off-policy data and human interventions, whose noise nobody knows, still teach it;
+* a noise critic Q_W(s, w) is distilled from Q_A(s, base(s, w)) on sampled noises: many noises decode to
+  almost the same chunk (aliasing), and the distillation gives them the same value;
+* a tanh-Gaussian SAC actor over w in [-noise_scale, noise_scale]^(H*A) maximises Q_W.
+
+The base policy is frozen: gradients off, no optimiser over it, weights checked by fingerprint when a
+checkpoint is loaded. One decision is one chunk: ``reward`` is the chunk's (discounted) return and
+``gamma`` the discount per decision. Critic ensembles are the LayerNorm ones of :mod:`sac_rlpd`, the
+TD target the min over a random subset of target critics (REDQ). Checkpoints: safetensors + JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from robot_rl.core.config import config_to_dict, load_config
+from robot_rl.core.device import check_device_name, resolve_device
+from robot_rl.core.spaces import SpecError
+from robot_rl.learners.sac_rlpd import CriticEnsemble, GaussianActor
+from robot_rl.policies.base import CheckpointError, Policy
+
+FORMAT = "robot_rl.dsrl"
+WEIGHTS_FILE = "dsrl.safetensors"
+META_FILE = "dsrl.json"
+
+
+@dataclass
+class DSRLConfig:
+    """DSRL-NA settings."""
+
+    state_keys: list[str] | None = None
+    """Observation keys (their normalised histories, flattened) fed to actor and critics; None: the base
+    policy's state keys. Images only reach the base policy."""
+    noise_scale: float = 1.5
+    """The actor's noise lies in [-noise_scale, noise_scale] per dimension (tanh * scale; the paper bounds
+    the latent action space the same way, so the policy never sees noise far outside its training range)."""
+    action_steps: int | None = None
+    """Executed actions per decision, scored by the action critic; None: the base policy's
+    ``executor.n_action_steps``."""
+    num_steps: int | None = None
+    """Denoising / integration steps of the base policy; None: its own default."""
+    hidden: int = 256
+    """Width of the two hidden layers of actor and critics."""
+    num_critics: int = 2
+    """Ensemble size of each critic (action and noise)."""
+    num_target_critics: int = 2
+    """Random subset of target action critics whose minimum forms the TD target (REDQ)."""
+    gamma: float = 0.99
+    """Discount per decision (one chunk)."""
+    tau: float = 0.005
+    """Polyak rate of the target action critics."""
+    lr: float = 3e-4
+    """Adam learning rate of actor, both critics and temperature."""
+    init_temperature: float = 0.01
+    """Initial entropy temperature (of the squashed noise distribution)."""
+    target_entropy: float | None = None
+    """Target entropy of the squashed noise; None: -(H * A) / 2."""
+    grad_clip: float = 10.0
+    """Gradient-norm clip of actor and critics."""
+    device: str = "auto"
+    """Where networks and the base policy compute: "auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
+
+    def __post_init__(self) -> None:
+        check_device_name(self.device)
+        if self.state_keys is not None and not self.state_keys:
+            raise ValueError("state_keys: name at least one observation key, or None for the policy's")
+        if not 0.0 < self.noise_scale <= 5.0:
+            raise ValueError(f"noise_scale: must be in (0, 5], got {self.noise_scale}")
+        if self.action_steps is not None and self.action_steps < 1:
+            raise ValueError(f"action_steps: must be >= 1 or None, got {self.action_steps}")
+        if self.num_steps is not None and self.num_steps < 1:
+            raise ValueError(f"num_steps: must be >= 1 or None, got {self.num_steps}")
+        if self.hidden < 1:
+            raise ValueError(f"hidden: must be >= 1, got {self.hidden}")
+        if not 1 <= self.num_target_critics <= self.num_critics:
+            raise ValueError(f"num_target_critics: must be in [1, num_critics={self.num_critics}], "
+                             f"got {self.num_target_critics}")
+        if not 0.0 < self.gamma < 1.0 or not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"gamma must be in (0, 1) and tau in (0, 1], got {self.gamma}, {self.tau}")
+        if self.lr <= 0 or self.init_temperature <= 0 or self.grad_clip <= 0:
+            raise ValueError("lr, init_temperature and grad_clip must be > 0")
+
+
+def policy_fingerprint(policy: Policy) -> str:
+    """SHA-256 of the policy's type and tensors: a DSRL checkpoint only loads beside the same base policy."""
+    digest = hashlib.sha256(policy.name.encode())
+    for name, tensor in sorted(policy.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class DSRLLearner:
+    """Noise actor, action critic (+ targets), noise critic, temperature; the base policy stays frozen."""
+
+    def __init__(self, config: DSRLConfig, policy: Policy, seed: int = 0) -> None:
+        if getattr(policy.config, "sampler", "") == "ddpm":
+            raise SpecError("policy: DDPM sampling draws fresh noise at every step, so the initial noise does not "
+                            "determine the chunk; use DDIM (sampler: ddim)")
+        keys = list(config.state_keys) if config.state_keys is not None else list(policy.state_keys)
+        missing = [k for k in keys if k not in policy.spec.state_dims]
+        if missing:
+            raise SpecError(f"observation: state key(s) {missing} not among the policy's {policy.state_keys}")
+        steps = config.action_steps if config.action_steps is not None else policy.config.executor.n_action_steps
+        if steps > policy.config.horizon:
+            raise SpecError(f"action_steps: {steps} exceeds the policy's horizon {policy.config.horizon}")
+        torch.manual_seed(seed)
+        self.config, self.device = config, resolve_device(config.device)
+        self.policy = policy.requires_grad_(False).eval().to(self.device)
+        """The frozen base policy."""
+        self.state_dims = {k: int(policy.spec.state_dims[k]) for k in keys}
+        self.n_obs_steps, self.horizon = policy.config.n_obs_steps, policy.config.horizon
+        self.action_dim, self.action_steps = policy.spec.action_dim, int(steps)
+        obs_dim = self.n_obs_steps * sum(self.state_dims.values())
+        noise_dim = self.horizon * self.action_dim
+        self.actor = GaussianActor(obs_dim, noise_dim, config.hidden, residual_scale=0.0).to(self.device)
+        self.q_action = CriticEnsemble(config.num_critics, obs_dim, self.action_steps * self.action_dim,
+                                       config.hidden).to(self.device)
+        self.q_action_target = copy.deepcopy(self.q_action).requires_grad_(False)
+        self.q_noise = CriticEnsemble(config.num_critics, obs_dim, noise_dim, config.hidden).to(self.device)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_temperature), device=self.device))
+        self.target_entropy = config.target_entropy if config.target_entropy is not None else -noise_dim / 2
+        self.optimizers = {"actor": torch.optim.Adam(self.actor.parameters(), lr=config.lr),
+                           "q_action": torch.optim.Adam(self.q_action.parameters(), lr=config.lr),
+                           "q_noise": torch.optim.Adam(self.q_noise.parameters(), lr=config.lr),
+                           "alpha": torch.optim.Adam([self.log_alpha], lr=config.lr)}
+        self.rng = torch.Generator().manual_seed(seed)
+        self.fingerprint = policy_fingerprint(policy)
+        self.updates = 0
+
+    # ------------------------------------------------------------------ acting
+    def state_vector(self, obs: Mapping[str, Any]) -> tuple[torch.Tensor, bool]:
+        """(B, To * D) normalised, flattened histories of the state keys, and whether ``obs`` was unbatched."""
+        parts, single = [], None
+        for key, dim in self.state_dims.items():
+            if key not in obs:
+                raise SpecError(f"observation.{key}: missing")
+            arr = np.asarray(obs[key], dtype=np.float32)
+            is_single = arr.shape == (self.n_obs_steps, dim)
+            if not is_single and (arr.ndim != 3 or arr.shape[1:] != (self.n_obs_steps, dim)):
+                raise SpecError(f"observation.{key}: expected ({self.n_obs_steps}, {dim}) or batched "
+                                f"(B, {self.n_obs_steps}, {dim}), got {arr.shape}")
+            if single is not None and single != is_single:
+                raise SpecError(f"observation.{key}: batched and unbatched keys mixed")
+            if not np.all(np.isfinite(arr)):
+                raise SpecError(f"observation.{key}: contains NaN or inf")
+            single = is_single
+            x = torch.from_numpy(arr[None] if is_single else arr).to(self.device)
+            parts.append(self.policy.normalizer.normalize(key, x).flatten(1))
+        return torch.cat(parts, -1), bool(single)
+
+    def sample_noise(self, state: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(noise (B, H, A) in [-noise_scale, noise_scale], log-probability of the squashed sample (B,))."""
+        squashed, logp = self.actor(state, None, deterministic)
+        return self.config.noise_scale * squashed.reshape(-1, self.horizon, self.action_dim), logp
+
+    def decode(self, obs: Mapping[str, Any], noise: torch.Tensor) -> torch.Tensor:
+        """The base policy's normalised chunk (B, H, A) for batched ``obs`` and ``noise``; no gradient."""
+        chunk = self.policy.predict_chunk(obs, self.config.num_steps, noise=noise)
+        return self.policy.normalizer.normalize("action", torch.from_numpy(chunk).to(self.device))
+
+    @torch.no_grad()
+    def act(self, obs_history: Mapping[str, Any], deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(noise, raw chunk): (H, A) each for one history {key: (To, ...)}, (B, H, A) for a batch."""
+        state, single = self.state_vector(obs_history)
+        noise, _ = self.sample_noise(state, deterministic)
+        noise = noise[0] if single else noise
+        return noise.cpu().numpy(), self.policy.predict_chunk(obs_history, self.config.num_steps, noise=noise)
+
+    # ------------------------------------------------------------------ learning
+    @property
+    def alpha(self) -> float:
+        """Current entropy temperature."""
+        return float(self.log_alpha.detach().exp())
+
+    def _executed(self, actions: Any, batch: int) -> torch.Tensor:
+        """Raw executed actions (B, action_steps, A) -> normalised and flattened (B, action_steps * A)."""
+        arr = np.asarray(actions, dtype=np.float32)
+        if arr.shape != (batch, self.action_steps, self.action_dim):
+            raise SpecError(f"action: expected ({batch}, {self.action_steps}, {self.action_dim}) executed actions, "
+                            f"got {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise SpecError("action: contains NaN or inf")
+        return self.policy.normalizer.normalize("action", torch.from_numpy(arr).to(self.device)).flatten(1)
+
+    def _step(self, name: str, module: nn.Module | None, loss: torch.Tensor) -> None:
+        opt = self.optimizers[name]
+        opt.zero_grad()
+        loss.backward()
+        if module is not None:
+            nn.utils.clip_grad_norm_(module.parameters(), self.config.grad_clip)
+        opt.step()
+
+    def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
+        """One step of each: action critic (TD), noise critic (distillation), actor and temperature.
+
+        ``batch``: ``obs.<key>`` and ``next_obs.<key>`` (B, To, ...) histories of every key the base policy
+        reads, ``action`` (B, action_steps, A) the raw executed actions (the policy's or a human's),
+        ``reward`` (B,) the decision's return and ``terminated`` (B,).
+        """
+        cfg = self.config
+        obs = {k[4:]: np.asarray(v) for k, v in batch.items() if k.startswith("obs.")}
+        nxt = {k[9:]: np.asarray(v) for k, v in batch.items() if k.startswith("next_obs.")}
+        state, _ = self.state_vector(obs)
+        next_state, _ = self.state_vector(nxt)
+        b = state.shape[0]
+        action = self._executed(batch["action"], b)
+        reward = torch.as_tensor(np.asarray(batch["reward"], np.float32), device=self.device).reshape(b)
+        live = np.flatnonzero(~np.asarray(batch["terminated"], bool).reshape(b))  # rows that bootstrap
+        n = self.action_steps
+
+        # action critic: TD on executed actions; the next action is the base policy steered by the actor
+        with torch.no_grad():
+            target = reward.clone()
+            if len(live):
+                idx = torch.from_numpy(live).to(self.device)
+                next_noise, next_logp = self.sample_noise(next_state[idx])
+                next_action = self.decode({k: v[live] for k, v in nxt.items()}, next_noise)[:, :n].flatten(1)
+                pick = torch.randperm(cfg.num_critics, generator=self.rng)[: cfg.num_target_critics].to(self.device)
+                q_next = self.q_action_target(next_state[idx], next_action)[pick].min(0).values
+                target[idx] += cfg.gamma * (q_next - self.alpha * next_logp)
+        q = self.q_action(state, action)
+        q_action_loss = ((q - target) ** 2).mean()
+        self._step("q_action", self.q_action, q_action_loss)
+        with torch.no_grad():
+            for p, tp in zip(self.q_action.parameters(), self.q_action_target.parameters()):
+                tp.lerp_(p, cfg.tau)
+
+        # noise critic: distilled from Q_A(s, base(s, w)) on prior noises (clipped to the actor's range) and
+        # on the actor's own, so it is right both everywhere and where the actor looks
+        with torch.no_grad():
+            prior = torch.randn((b, self.horizon, self.action_dim), generator=self.rng).to(self.device)
+            noise = torch.cat([prior.clamp(-cfg.noise_scale, cfg.noise_scale), self.sample_noise(state)[0]])
+            both = {k: np.concatenate([v, v]) for k, v in obs.items()}
+            states2 = torch.cat([state, state])
+            distill = self.q_action(states2, self.decode(both, noise)[:, :n].flatten(1)).mean(0)
+        q_noise = self.q_noise(states2, noise.flatten(1))
+        q_noise_loss = ((q_noise - distill) ** 2).mean()
+        self._step("q_noise", self.q_noise, q_noise_loss)
+
+        # actor and temperature (SAC in noise space)
+        noise_pi, logp = self.sample_noise(state)
+        actor_loss = (self.alpha * logp - self.q_noise(state, noise_pi.flatten(1)).mean(0)).mean()
+        self._step("actor", self.actor, actor_loss)
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self._step("alpha", None, alpha_loss)
+        self.updates += 1
+        return {"q_action_loss": float(q_action_loss.detach()), "q_noise_loss": float(q_noise_loss.detach()),
+                "q_mean": float(q.detach().mean()), "actor_loss": float(actor_loss.detach()), "alpha": self.alpha,
+                "entropy": float(-logp.detach().mean())}
+
+    # ------------------------------------------------------------------ checkpoints
+    def _modules(self) -> dict[str, nn.Module]:
+        return {"actor": self.actor, "q_action": self.q_action, "q_action_target": self.q_action_target,
+                "q_noise": self.q_noise}
+
+    def save(self, folder: str | Path) -> Path:
+        """Networks, optimiser moments, temperature and RNG into ``folder``; the JSON is written last.
+
+        The base policy is not saved (it has its own checkpoint); its fingerprint is, so :meth:`load` refuses
+        a different one.
+        """
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {f"{m}.{k}": v for m, module in self._modules().items() for k, v in module.state_dict().items()}
+        tensors["log_alpha"] = self.log_alpha.detach()
+        tensors["rng_state"] = self.rng.get_state()
+        groups = {}
+        for name, opt in self.optimizers.items():
+            state = opt.state_dict()
+            groups[name] = state["param_groups"]
+            for idx, slots in state["state"].items():
+                for slot, value in slots.items():
+                    tensors[f"opt.{name}.{idx}.{slot}"] = torch.as_tensor(value)
+        tmp = folder / f".{WEIGHTS_FILE}.tmp"
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(tmp))
+        os.replace(tmp, folder / WEIGHTS_FILE)
+        meta = {"format": FORMAT, "config": config_to_dict(self.config), "updates": self.updates,
+                "param_groups": groups, "policy": {"type": self.policy.name, "spec": self.policy.spec.to_json(),
+                                                   "fingerprint": self.fingerprint}}
+        tmp = folder / f".{META_FILE}.tmp"
+        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        os.replace(tmp, folder / META_FILE)
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path, policy: Policy, device: str | None = None) -> DSRLLearner:
+        """Rebuild a learner from :meth:`save` beside the SAME base policy (checked); ``device`` overrides."""
+        folder = Path(folder)
+        try:
+            meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{folder}: no readable {META_FILE} ({exc})") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise CheckpointError(f"{folder}: not a DSRL learner checkpoint")
+        if meta["policy"]["fingerprint"] != policy_fingerprint(policy):
+            raise CheckpointError(f"{folder}: was trained on a different base policy ({meta['policy']['type']}, "
+                                  f"fingerprint {meta['policy']['fingerprint'][:12]}); this one is {policy.name}")
+        config = load_config(DSRLConfig, meta["config"] if device is None else {**meta["config"], "device": device})
+        learner = cls(config, policy)
+        tensors = load_file(str(folder / WEIGHTS_FILE))
+        for prefix, module in learner._modules().items():
+            module.load_state_dict({k[len(prefix) + 1:]: v for k, v in tensors.items()
+                                    if k.startswith(prefix + ".")}, strict=True)
+        with torch.no_grad():
+            learner.log_alpha.copy_(tensors["log_alpha"])
+        learner.rng.set_state(tensors["rng_state"])
+        for name, opt in learner.optimizers.items():
+            state: dict[int, dict[str, torch.Tensor]] = {}
+            for key, value in tensors.items():
+                if key.startswith(f"opt.{name}."):
+                    _, _, idx, slot = key.split(".", 3)
+                    state.setdefault(int(idx), {})[slot] = value
+            opt.load_state_dict({"state": state, "param_groups": meta["param_groups"][name]})
+        learner.updates = int(meta["updates"])
+        return learner
