@@ -161,7 +161,7 @@ def test_dsrl_steers_the_frozen_policy_toward_the_target(trained) -> None:
     with torch.no_grad():
         state, _ = learner.state_vector({"target": held_out[:, None]})
         q_noise = learner.q_noise(state, torch.from_numpy(noise).flatten(1)).mean(0).numpy()
-    assert np.corrcoef(q_noise, reward)[0, 1] > 0.8
+    assert np.corrcoef(q_noise, reward)[0, 1] > 0.7  # 0.86 measured
     assert log[-1]["q_noise_loss"] < log[0]["q_noise_loss"]
 
 
@@ -218,3 +218,23 @@ def test_only_non_terminal_decisions_bootstrap_through_the_base_policy() -> None
     metrics = learner.update(batch)
     assert sizes == [2, 8]  # next chunks for the 2 live rows; prior + actor noises for all 4 in the distillation
     assert all(np.isfinite(v) for v in metrics.values())
+
+
+@pytest.mark.parametrize("name", ["flow", "diffusion", "meanflow", "vla"])
+def test_dsrl_steers_every_policy_type(name: str) -> None:
+    """One update and one decision on each generative policy (the VLA's camera only reaches the base)."""
+    policy = small_policy(name)
+    before = weights(policy)
+    learner = DSRLLearner(DSRLConfig(hidden=16, device="cpu"), policy)
+    rng = np.random.default_rng(0)
+    obs: dict[str, np.ndarray] = {"pos": rng.uniform(-1, 1, (4, 2, 2)).astype(np.float32)}
+    if name == "vla":
+        obs["cam"] = rng.integers(0, 255, (4, 2, 16, 16, 3), dtype=np.uint8)
+    noise, chunk = learner.act(obs)
+    assert noise.shape == chunk.shape == (4, H, A)
+    assert np.allclose(policy.predict_chunk(obs, noise=noise), chunk, atol=1e-5)  # the chunk IS base(s, w)
+    batch = {**{f"obs.{k}": v for k, v in obs.items()}, **{f"next_obs.{k}": v for k, v in obs.items()},
+             "action": chunk[:, :2], "reward": np.zeros(4, np.float32), "terminated": np.zeros(4, np.float32)}
+    metrics = learner.update(batch)
+    assert all(np.isfinite(v) for v in metrics.values())
+    assert all(torch.equal(policy.state_dict()[k], v) for k, v in before.items())

@@ -121,6 +121,8 @@ class DSRLLearner:
             raise SpecError("policy: DDPM sampling draws fresh noise at every step, so the initial noise does not "
                             "determine the chunk; use DDIM (sampler: ddim)")
         keys = list(config.state_keys) if config.state_keys is not None else list(policy.state_keys)
+        if not keys:
+            raise SpecError("state_keys: actor and critics read state vectors, and the policy has none; name some")
         missing = [k for k in keys if k not in policy.spec.state_dims]
         if missing:
             raise SpecError(f"observation: state key(s) {missing} not among the policy's {policy.state_keys}")
