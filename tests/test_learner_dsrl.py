@@ -10,7 +10,8 @@ import torch
 
 from robot_rl.core.config import load_config
 from robot_rl.core.spaces import SpecError
-from robot_rl.learners.dsrl import DSRLConfig, DSRLLearner
+from robot_rl.core.transition import SegmentSource, Transition
+from robot_rl.learners.dsrl import DSRLConfig, DSRLLearner, decisions_from_steps
 from robot_rl.policies import get_policy_class
 from robot_rl.policies.base import CheckpointError, Policy, PolicySpec
 from robot_rl.policies.flow import FlowConfig, FlowPolicy
@@ -238,3 +239,35 @@ def test_dsrl_steers_every_policy_type(name: str) -> None:
     metrics = learner.update(batch)
     assert all(np.isfinite(v) for v in metrics.values())
     assert all(torch.equal(policy.state_dict()[k], v) for k, v in before.items())
+
+
+# ----------------------------------------------------------------------------------------- step stream -> decisions
+def episode(ep: int, length: int, terminated: bool, human: tuple[int, ...] = (), key: str = "x", dim: int = 1
+            ) -> list[Transition]:
+    """Steps whose observation (``key``) and action both equal the step index; reward 1 per step."""
+    def obs(i: int) -> dict[str, np.ndarray]:
+        return {key: np.full(dim, i, np.float32)}
+    return [Transition(obs(i), obs(i + 1), np.full(A, i, np.float32), 1.0, terminated and i == length - 1, False,
+                       ep, i, is_intervention=i in human,
+                       segment_source=SegmentSource.HUMAN if i in human else SegmentSource.POLICY)
+            for i in range(length)]
+
+
+def test_decisions_from_steps_builds_histories_chunks_and_returns() -> None:
+    steps = episode(0, 7, terminated=True, human=(4,)) + episode(1, 5, terminated=False)
+    cols = decisions_from_steps(steps[::-1], n_obs_steps=2, action_steps=3)  # order does not matter
+    # episode 0: decisions at steps 0, 3 and a terminal one-step decision at 6; episode 1: at 0 only (3..4 pending)
+    assert cols["obs.x"][:, :, 0].tolist() == [[0, 0], [2, 3], [5, 6], [0, 0]]  # first frame repeated at the start
+    assert cols["next_obs.x"][:, :, 0].tolist() == [[2, 3], [5, 6], [6, 7], [2, 3]]
+    assert cols["action"][:, :, 0].tolist() == [[0, 1, 2], [3, 4, 5], [6, 6, 6], [0, 1, 2]]  # terminal one padded
+    assert cols["reward"].tolist() == [3, 3, 1, 3]
+    assert cols["terminated"].tolist() == [False, False, True, False]
+    assert cols["is_intervention"].tolist() == [False, True, False, False]
+    assert cols["steps"].tolist() == [3, 3, 1, 3]
+    dense = decisions_from_steps(steps, n_obs_steps=2, action_steps=3, stride=1)
+    assert len(dense["reward"]) == (5 + 2) + 3  # every full window, plus the terminal partial ones (at 5 and 6)
+    gap = [t for t in episode(2, 8, terminated=False) if t.step != 3]  # a lost step splits the run
+    assert decisions_from_steps(gap, 1, 3)["obs.x"][:, 0, 0].tolist() == [0, 4]
+    learner = DSRLLearner(DSRLConfig(hidden=16, action_steps=2, device="cpu"), toy_policy(updates=0))
+    stream = episode(0, 6, True, human=(1, 2), key="target", dim=2) + episode(1, 4, False, key="target", dim=2)
+    assert all(np.isfinite(v) for v in learner.update(decisions_from_steps(stream, 1, 2)).values())

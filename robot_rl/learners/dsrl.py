@@ -17,6 +17,7 @@ The base policy is frozen: gradients off, no optimiser over it, weights checked 
 checkpoint is loaded. One decision is one chunk: ``reward`` is the chunk's (discounted) return and
 ``gamma`` the discount per decision. Critic ensembles are the LayerNorm ones of :mod:`sac_rlpd`, the
 TD target the min over a random subset of target critics (REDQ). Checkpoints: safetensors + JSON.
+:func:`decisions_from_steps` turns the per-step stream of the actors into such decisions.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from torch import nn
 from robot_rl.core.config import config_to_dict, load_config
 from robot_rl.core.device import check_device_name, resolve_device
 from robot_rl.core.spaces import SpecError
+from robot_rl.core.transition import Transition
 from robot_rl.learners.sac_rlpd import CriticEnsemble, GaussianActor
 from robot_rl.policies.base import CheckpointError, Policy
 
@@ -339,3 +341,56 @@ class DSRLLearner:
             opt.load_state_dict({"state": state, "param_groups": meta["param_groups"][name]})
         learner.updates = int(meta["updates"])
         return learner
+
+
+# ---------------------------------------------------------------------------------------- step stream -> decisions
+def decisions_from_steps(transitions: Sequence[Transition], n_obs_steps: int, action_steps: int,
+                         stride: int | None = None) -> dict[str, np.ndarray]:
+    """Per-step transitions (actors stream those) -> the decision columns :meth:`DSRLLearner.update` reads.
+
+    A decision starts every ``stride`` steps (default ``action_steps``) of each run of consecutive steps of
+    an episode: the observation history there (the run's first frame repeated, as the policy runner does),
+    the ``action_steps`` actions executed next, whoever executed them (the action critic only needs what was
+    done, so human steps count), their summed reward and the history after them. Stride 1 uses every step
+    as a start: each (s, executed actions) pair is a valid sample for Q_A. A decision cut short is kept only
+    when its last step is terminal (its actions padded with the last one); otherwise the rest of the episode
+    has not arrived yet or was lost. Extra columns: ``is_intervention`` (a human acted in it), ``steps``.
+    """
+    if n_obs_steps < 1 or action_steps < 1 or (stride is not None and stride < 1):
+        raise ValueError("n_obs_steps, action_steps and stride must be >= 1")
+    stride = action_steps if stride is None else stride
+    ordered = sorted(transitions, key=lambda t: (t.episode_id, t.step))
+    runs: list[list[Transition]] = []
+    for t in ordered:
+        if runs and runs[-1][-1].episode_id == t.episode_id and runs[-1][-1].step + 1 == t.step:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        frames = [t.observation for t in run] + [run[-1].next_observation]
+
+        def history(i: int, frames: list[Mapping[str, np.ndarray]] = frames) -> dict[str, np.ndarray]:
+            picks = [frames[max(0, j)] for j in range(i - n_obs_steps + 1, i + 1)]
+            return {k: np.stack([f[k] for f in picks]) for k in frames[0]}
+
+        for i in range(0, len(run), stride):
+            seg = run[i:i + action_steps]
+            if len(seg) < action_steps and not seg[-1].terminated:
+                continue
+            actions = [t.action for t in seg] + [seg[-1].action] * (action_steps - len(seg))
+            rows.append({"obs": history(i), "next_obs": history(i + len(seg)), "action": np.stack(actions),
+                         "reward": sum(t.reward for t in seg), "terminated": seg[-1].terminated,
+                         "is_intervention": any(t.is_intervention for t in seg), "steps": len(seg)})
+    if not rows:
+        raise ValueError("decisions_from_steps: no complete decision in these steps")
+    out: dict[str, np.ndarray] = {}
+    for part in ("obs", "next_obs"):
+        for key in rows[0][part]:
+            out[f"{part}.{key}"] = np.stack([r[part][key] for r in rows])
+    out["action"] = np.stack([r["action"] for r in rows]).astype(np.float32)
+    out["reward"] = np.asarray([r["reward"] for r in rows], np.float32)
+    out["terminated"] = np.asarray([r["terminated"] for r in rows], bool)
+    out["is_intervention"] = np.asarray([r["is_intervention"] for r in rows], bool)
+    out["steps"] = np.asarray([r["steps"] for r in rows], np.int64)
+    return out
