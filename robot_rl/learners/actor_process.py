@@ -5,6 +5,9 @@ Transitions stream to the learner every few steps during the episode; between ac
 checks ``<run>/weights/`` for a newer version and stages it, so the policy improves mid-episode, not
 only at resets. If the learner goes away (killed, restarting), the actor keeps running: steps wait in a
 bounded queue and go out once it reconnects. One JSON line per episode goes to ``<run>/actor_<i>.jsonl``.
+With ``learner.algorithm: residual`` the actor runs :class:`~robot_rl.learners.residual.ResidualAgent`
+(the frozen base plus the newest published residual, swapped between steps), records the base's action
+with every step and stores the reward ``learner.residual.reward`` names.
 SIGTERM (or SIGINT) ends the actor after the current episode: its steps are delivered, it exits cleanly.
 """
 
@@ -25,6 +28,7 @@ from tqdm import tqdm
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
 from robot_rl.core.device import resolve_device
 from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.residual import ResidualAgent, TaskReward, build_base
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
@@ -61,9 +65,19 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     expert = expert_for(env)
     human_cfg = dataclasses.replace(ac.human, seed=ac.human.seed + index, action_risk=ac.human_risk == "action")
     human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(ac.env_id) if ac.human_risk == "grasp" else None)
-    policy, _ = _latest_policy(run / "weights")
-    policy.to(resolve_device(ac.device))
-    runner = PolicyRunner(policy, weights_dir=run / "weights")  # new versions swap in between chunks
+    agent: PolicyRunner | ResidualAgent
+    base_agent = None
+    if cfg.learner.algorithm == "residual":
+        rc = cfg.learner.residual
+        env = TaskReward(env, rc.reward)
+        agent = ResidualAgent(build_base(rc.base, env, cfg.policy, ac.device), weights_dir=run / "weights",
+                              deterministic=not rc.explore)
+        base_agent = agent.base_view
+    else:
+        policy, _ = _latest_policy(run / "weights")
+        policy.to(resolve_device(ac.device))
+        agent = PolicyRunner(policy, weights_dir=run / "weights")  # new versions swap in between chunks
+    runner = agent
     sender = ReconnectingSender(run, ac.pending_limit)
     stream = BatchingSender(sender, ac.send_every)
     hooks = EpisodeHooks(on_transition=stream.add, policy_version=lambda: runner.version)
@@ -78,7 +92,8 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
             seed = ac.seed + 100_000 * index + k
             t0 = time.perf_counter()
             start_version = runner.version
-            out = run_episode(env, runner, episode_id=1_000_000 * index + k, seed=seed, human=human, hooks=hooks)
+            out = run_episode(env, runner, episode_id=1_000_000 * index + k, seed=seed, human=human,
+                              base_agent=base_agent, hooks=hooks)
             stream.flush()
             record = {"actor": index, "episode": k, "seed": seed, "success": bool(out.success),
                       "steps": out.length, "intervention_steps": out.intervention_steps,

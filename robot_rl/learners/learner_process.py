@@ -1,18 +1,24 @@
 """The learner process of online fine-tuning: receive transitions, train, publish weights, checkpoint.
 
 It runs beside the robots, never in their control loop: actors stream transitions to its socket while
-their episodes run; it trains HG-DAgger on the human-gated segments plus the demonstrations and writes
-numbered weight folders that actors (and the ROS policy node) swap in between action chunks.
+their episodes run; it trains an algorithm (``learner.algorithm``) and writes numbered weight folders
+that actors (and the ROS policy node) swap in between action chunks. Algorithms sit behind one small
+interface (:class:`OnlineAlgorithm`): ``hg_dagger`` (:class:`HGDAggerAlgorithm`, behaviour cloning on the
+human-gated segments plus the demonstrations) and ``residual``
+(:class:`robot_rl.learners.residual.ResidualAlgorithm`, SAC on a frozen base).
 
 Run folder layout (everything a restart needs; nothing pickled)::
 
     <run>/learner.json          address of the transition socket (+ the learner's pid)
     <run>/learner.key           HMAC key actors authenticate with (mode 0600, kept across restarts)
-    <run>/weights/v<N>/         published policies (model.safetensors + policy.json), newest 3 kept
-    <run>/checkpoint/state/     policy + optimizer + counters (atomic folder swap)
+    <run>/weights/v<N>/         published weights, newest 3 kept: a policy (model.safetensors + policy.json)
+                                or a residual actor (residual.safetensors + residual.json)
+    <run>/checkpoint/state/     HG-DAgger: policy + optimizer + counters (atomic folder swap)
+    <run>/checkpoint/sac/       residual: actor, critics, optimisers, counters (atomic folder swap)
     <run>/checkpoint/steps/     every received transition (append-only safetensors chunks)
-    <run>/checkpoint/interventions/  the human-controlled steps HG-DAgger trains on
-    <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time
+    <run>/checkpoint/interventions/  the human-controlled steps
+    <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time (and an
+                                ``error`` line if the weights turned non-finite: nothing is published after it)
 
 A learner killed at any moment restarts from the last checkpoint with both buffers as they were then
 (the buffers are saved before the state, each atomically). Stop it with SIGTERM/SIGINT or by creating
@@ -24,9 +30,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -34,7 +42,8 @@ import torch
 from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.hg_dagger import HGDAggerLearner
-from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.online_config import LearnerConfig, OnlineConfig
+from robot_rl.learners.residual import ResidualAlgorithm
 from robot_rl.learners.transport import (
     SocketTransitionServer,
     WeightsPublisher,
@@ -47,16 +56,56 @@ from robot_rl.training.checkpoint import load_training_state, save_training_stat
 from robot_rl.training.dataset import ChunkDataset
 
 
-class OnlineLearner:
-    """One learner of one run folder; :meth:`run` loops until stopped."""
+class OnlineAlgorithm(Protocol):
+    """What the learner loop needs of an algorithm (one file each: HG-DAgger, residual, later RLPD/DSRL)."""
 
-    def __init__(self, cfg: OnlineConfig, run: str | Path) -> None:
-        self.cfg, self.run_dir = cfg, Path(run)
+    marker: str
+    """File that marks a complete published ``v<N>/`` folder (what the actors' watchers look for)."""
+    updates: int
+    """Gradient steps (algorithm updates) so far, restored on resume."""
+    steps: ReplayBuffer
+    """Every received step."""
+    resumed_from: dict[str, int] | None
+    """Counters of the checkpoint it resumed from; None for a fresh start."""
+    failure: str | None
+    """Why it stopped training (e.g. non-finite weights); None while healthy."""
+
+    @property
+    def interventions(self) -> ReplayBuffer:
+        """The human-controlled steps."""
+        ...
+
+    def add(self, transitions: Sequence[Transition]) -> None:
+        """Take received steps."""
+
+    def train_allowed(self) -> int:
+        """Gradient steps allowed now (0 while waiting for data)."""
+        ...
+
+    def update(self, n: int) -> dict[str, float]:
+        """``n`` gradient steps; returns metrics with a ``loss``."""
+        ...
+
+    def can_publish(self) -> bool:
+        """Whether the current weights may go out."""
+        ...
+
+    def publish(self, folder: Path, version: int) -> None:
+        """Write the weights actors load into ``folder`` (its ``marker`` last)."""
+
+    def checkpoint(self) -> None:
+        """Save everything a restart needs into the run's ``checkpoint/``."""
+
+
+class HGDAggerAlgorithm:
+    """HG-DAgger in the online loop: fine-tunes the policy itself on human-gated segments plus demos."""
+
+    marker = "policy.json"
+
+    def __init__(self, cfg: OnlineConfig, checkpoint: Path) -> None:
         lc = cfg.learner
-        torch.set_num_threads(lc.num_threads)
+        self.lc, self.ckpt = lc, checkpoint
         torch.manual_seed(lc.hg_dagger.seed)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.ckpt = self.run_dir / "checkpoint"
         state = self.ckpt / "state"
         policy = Policy.load(state if (state / "train_state.json").is_file() else cfg.policy)
         demos = None
@@ -66,6 +115,7 @@ class OnlineLearner:
         self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos, device=lc.device)
         self.steps = ReplayBuffer(lc.capacity)
         self.updates = 0
+        self.failure: str | None = None
         self.resumed_from: dict[str, int] | None = None
         if (state / "train_state.json").is_file():
             meta = load_training_state(state, policy, None, self.learner.optimizer)
@@ -74,44 +124,40 @@ class OnlineLearner:
             self.steps = ReplayBuffer.load(self.ckpt / "steps", capacity=lc.capacity)
             self.resumed_from = {"updates": self.updates, "steps": self.steps.total_added,
                                  "human_steps": self.learner.interventions.total_added}
-        self.publisher = WeightsPublisher(self.run_dir / "weights")
-        self._stop = False
-        self._last_ckpt = time.monotonic()
-        self._last_publish = self.updates
-        self._losses: list[float] = []
 
-    # ----------------------------------------------------------------------------- pieces
-    def add(self, transitions: list[Transition]) -> None:
+    @property
+    def interventions(self) -> ReplayBuffer:
+        """The human-controlled steps HG-DAgger trains on."""
+        return self.learner.interventions
+
+    def add(self, transitions: Sequence[Transition]) -> None:
         """Keep every step; HG-DAgger keeps the human ones."""
         if transitions:
             self.steps.extend(transitions)
-            self.learner.add_rollout(transitions)
+            self.learner.add_rollout(list(transitions))
 
     def train_allowed(self) -> int:
-        """Gradient steps allowed now (0 until enough human data, then bounded by the update-to-data ratio)."""
-        lc = self.cfg.learner
+        """0 until enough human data, then bounded by the update-to-data ratio."""
+        lc = self.lc
         if self.learner.num_intervention_steps < max(1, lc.min_intervention_steps):
             return 0
         budget = int(lc.update_to_data * self.steps.total_added) - self.updates
         return max(0, min(lc.updates_per_cycle, budget))
 
-    def train(self, n: int) -> None:
-        """``n`` gradient steps."""
+    def update(self, n: int) -> dict[str, float]:
+        """``n`` behaviour-cloning steps."""
         metrics = self.learner.update(n)
         self.updates += n
-        self._losses.append(metrics["loss"])
+        return metrics
 
-    def publish(self) -> int:
-        """Publish the current weights as the next version; log a line."""
-        version = self.publisher.publish_policy(self.learner.policy)
-        self._last_publish = self.updates
-        line = {"t": time.time(), "version": version, "updates": self.updates,
-                "loss": float(np.mean(self._losses)) if self._losses else None,
-                "steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added}
-        self._losses = []
-        with (self.run_dir / "learner_log.jsonl").open("a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
-        return version
+    def can_publish(self) -> bool:
+        """Always: the policy is usable from the start."""
+        return True
+
+    def publish(self, folder: Path, version: int) -> None:
+        """The policy checkpoint, stamped with ``version``."""
+        self.learner.policy.version = version
+        self.learner.policy.save(folder)
 
     def checkpoint(self) -> None:
         """Buffers first (append-only), then the state that names their counts (atomic swap)."""
@@ -119,6 +165,101 @@ class OnlineLearner:
         self.learner.interventions.save(self.ckpt / "interventions")
         save_training_state(self.ckpt / "state", self.learner.policy, None, self.learner.optimizer, self.updates,
                             {"steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added})
+
+
+def make_algorithm(cfg: OnlineConfig, checkpoint: Path) -> OnlineAlgorithm:
+    """The algorithm ``cfg.learner.algorithm`` names, resumed from ``checkpoint`` when it holds one."""
+    lc: LearnerConfig = cfg.learner
+    if lc.algorithm == "residual":
+        torch.manual_seed(lc.residual.seed)
+        return ResidualAlgorithm(lc.residual, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
+                                 device=lc.device)
+    return HGDAggerAlgorithm(cfg, checkpoint)
+
+
+class OnlineLearner:
+    """One learner of one run folder; :meth:`run` loops until stopped."""
+
+    def __init__(self, cfg: OnlineConfig, run: str | Path) -> None:
+        self.cfg, self.run_dir = cfg, Path(run)
+        torch.set_num_threads(cfg.learner.num_threads)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt = self.run_dir / "checkpoint"
+        self.algorithm = make_algorithm(cfg, self.ckpt)
+        self.resumed_from = self.algorithm.resumed_from
+        self.publisher = WeightsPublisher(self.run_dir / "weights", marker=self.algorithm.marker)
+        self._stop = False
+        self._last_ckpt = time.monotonic()
+        self._last_publish = self.updates
+        self._losses: list[float] = []
+        self._failure_logged = False
+
+    # ----------------------------------------------------------------------------- pieces
+    @property
+    def updates(self) -> int:
+        """Gradient steps so far."""
+        return self.algorithm.updates
+
+    @property
+    def steps(self) -> ReplayBuffer:
+        """Every received step."""
+        return self.algorithm.steps
+
+    @property
+    def learner(self) -> OnlineAlgorithm:
+        """The algorithm (its ``interventions`` buffer holds the human steps)."""
+        return self.algorithm
+
+    def add(self, transitions: list[Transition]) -> None:
+        """Hand received steps to the algorithm."""
+        if transitions:
+            self.algorithm.add(transitions)
+
+    def train_allowed(self) -> int:
+        """Gradient steps allowed now (the algorithm decides: data, warm-up, update-to-data ratio)."""
+        return self.algorithm.train_allowed()
+
+    def train(self, n: int) -> None:
+        """``n`` gradient steps."""
+        metrics = self.algorithm.update(n)
+        self._losses.append(metrics["loss"])
+        if self.algorithm.failure is not None:
+            self._log_failure()
+
+    def publish(self) -> int:
+        """Publish the current weights as the next version and log a line; returns the newest version.
+
+        That is the last good one when the algorithm may not publish (during a warm-up, after a failure).
+        """
+        if not self.algorithm.can_publish():
+            self._last_publish = self.updates
+            return self.publisher.version
+        version = self.publisher.publish(self.algorithm.publish)
+        self._last_publish = self.updates
+        line = {"t": time.time(), "version": version, "updates": self.updates,
+                "loss": float(np.mean(self._losses)) if self._losses else None,
+                "steps": self.steps.total_added, "human_steps": self.algorithm.interventions.total_added}
+        self._losses = []
+        self._log(line)
+        return version
+
+    def _log(self, line: dict[str, Any]) -> None:
+        with (self.run_dir / "learner_log.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def _log_failure(self) -> None:
+        if self._failure_logged:
+            return
+        self._failure_logged = True
+        why = f"{self.algorithm.failure}; training and publishing stop, v{self.publisher.version} stays the newest"
+        print(f"learner: {why}", file=sys.stderr, flush=True)
+        self._log({"t": time.time(), "version": self.publisher.version, "updates": self.updates, "loss": None,
+                   "steps": self.steps.total_added, "human_steps": self.algorithm.interventions.total_added,
+                   "error": why})
+
+    def checkpoint(self) -> None:
+        """Everything a restart needs (the algorithm saves its buffers before the state naming their counts)."""
+        self.algorithm.checkpoint()
         self._last_ckpt = time.monotonic()
 
     def stop(self, *_: Any) -> None:
@@ -163,5 +304,5 @@ class OnlineLearner:
             self.publish()
         self.checkpoint()
         return {"updates": self.updates, "steps": self.steps.total_added,
-                "human_steps": self.learner.interventions.total_added, "version": self.publisher.version,
-                "dropped": list(server.dropped)}
+                "human_steps": self.algorithm.interventions.total_added, "version": self.publisher.version,
+                "dropped": list(server.dropped), "failure": self.algorithm.failure}

@@ -12,6 +12,7 @@ from typing import Any
 
 from robot_rl.core.device import check_device_name
 from robot_rl.learners.hg_dagger import HGDAggerConfig
+from robot_rl.learners.residual import ResidualConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
 from robot_rl.paths import package_share_dir
 
@@ -59,14 +60,21 @@ class ActorConfig:
 class LearnerConfig:
     """What the learner process does with the stream."""
 
+    algorithm: str = "hg_dagger"
+    """What the learner trains: ``hg_dagger`` (behaviour cloning on the human-gated segments, the policy
+    itself is fine-tuned) or ``residual`` (SAC learns a bounded correction on a frozen base, see
+    robot_rl.learners.residual)."""
+    residual: ResidualConfig = field(default_factory=ResidualConfig)
+    """Settings of ``algorithm: residual`` (ignored otherwise)."""
     demos: str = ""
     """Episode store (zarr) of demonstrations mixed into every batch (empty: interventions only)."""
     hg_dagger: HGDAggerConfig = field(default_factory=HGDAggerConfig)
     """Behaviour cloning on human-gated segments plus demos."""
     min_intervention_steps: int = 20
-    """Human steps to collect before the first gradient step."""
+    """Human steps to collect before the first gradient step (HG-DAgger)."""
     update_to_data: float = 2.0
-    """At most this many gradient steps per received step (a fast learner waits for data)."""
+    """At most this many gradient steps per received step (a fast learner waits for data); for ``residual``
+    one step is one SAC update (``residual.sac.utd_ratio`` critic steps), counted after the warm-up."""
     updates_per_cycle: int = 10
     """Gradient steps between two polls of the transport."""
     publish_every: int = 100
@@ -83,6 +91,8 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
+        if self.algorithm not in ("hg_dagger", "residual"):
+            raise ValueError(f"algorithm: must be 'hg_dagger' or 'residual', got {self.algorithm!r}")
         if self.min_intervention_steps < 0 or self.updates_per_cycle < 1 or self.publish_every < 1:
             raise ValueError("min_intervention_steps >= 0, updates_per_cycle >= 1 and publish_every >= 1")
         if not self.update_to_data > 0 or not self.checkpoint_every_s > 0:

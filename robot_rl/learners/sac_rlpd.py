@@ -17,7 +17,7 @@ import math
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,9 @@ from robot_rl.core.spaces import SpecError
 class SACConfig:
     """SAC / RLPD settings."""
 
-    state_keys: list[str]
-    """Observation keys concatenated (flattened) into the state vector, in this order."""
+    state_keys: list[str] = field(default_factory=list)
+    """Observation keys concatenated (flattened) into the state vector, in this order (a learner needs at
+    least one; empty only in a config whose owner fills them in, e.g. the residual learner of the online runner)."""
     hidden: int = 256
     """Width of the two hidden layers of actor and critics."""
     num_critics: int = 10
@@ -68,8 +69,6 @@ class SACConfig:
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
-        if not self.state_keys:
-            raise ValueError("state_keys: name at least one observation key")
         if self.hidden < 1 or self.batch_size < 1 or self.utd_ratio < 1:
             raise ValueError("hidden, batch_size and utd_ratio must be >= 1")
         if not 1 <= self.num_target_critics <= self.num_critics:
@@ -132,21 +131,42 @@ class GaussianActor(nn.Module):
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
 
-    def forward(self, obs: torch.Tensor, base: torch.Tensor | None, deterministic: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(executed action (B, A), log-probability (B,)) of a fresh sample (or the mean)."""
+    def forward(self, obs: torch.Tensor, base: torch.Tensor | None, deterministic: bool = False,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(executed action (B, A), log-probability (B,)) of a fresh sample (or the mean).
+
+        ``generator`` draws the noise (a CPU generator; None: torch's global one).
+        """
         x = obs if self.residual_scale <= 0 else torch.cat([obs, _need(base)], -1)
         mean, log_std = self.head(self.trunk(x)).chunk(2, -1)
         log_std = log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
         if self.residual_scale > 0:
             log_std = log_std - 2.0  # exploration noise of a residual starts small (ResFiT uses sigma 0.05)
-        u = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
+        noise = (torch.randn_like(mean) if generator is None
+                 else torch.randn(mean.shape, generator=generator).to(mean.device))
+        u = mean if deterministic else mean + log_std.exp() * noise
         squashed = torch.tanh(u)
         logp = (-0.5 * ((u - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         logp = logp - torch.log1p(-squashed.pow(2) + 1e-6).sum(-1)
         if self.residual_scale > 0:
             return (_need(base) + self.residual_scale * squashed).clamp(-1.0, 1.0), logp
         return squashed, logp
+
+
+def state_array(obs: dict[str, Any], state_dims: dict[str, int]) -> np.ndarray:
+    """The keys of ``state_dims`` concatenated into (B, D) float32 (one observation gives B = 1), checked."""
+    parts = []
+    for key, dim in state_dims.items():
+        if key not in obs:
+            raise SpecError(f"observation.{key}: missing")
+        arr = np.asarray(obs[key], dtype=np.float32)
+        arr = arr.reshape(-1, dim) if arr.size % dim == 0 else arr
+        if arr.ndim != 2 or arr.shape[1] != dim:
+            raise SpecError(f"observation.{key}: expected {dim} values per row, got shape {np.shape(obs[key])}")
+        if not np.all(np.isfinite(arr)):
+            raise SpecError(f"observation.{key}: contains NaN or inf")
+        parts.append(arr)
+    return np.concatenate(parts, -1)
 
 
 def _need(base: torch.Tensor | None) -> torch.Tensor:
@@ -159,6 +179,8 @@ class SACLearner:
     """Actor, critic ensemble, temperature and their optimisers; :meth:`update` on RLPD batches."""
 
     def __init__(self, config: SACConfig, state_dims: dict[str, int], action_dim: int, seed: int = 0) -> None:
+        if not config.state_keys:
+            raise SpecError("state_keys: name at least one observation key")
         missing = [k for k in config.state_keys if k not in state_dims]
         if missing:
             raise SpecError(f"observation: state key(s) {missing} not among {sorted(state_dims)}")
@@ -186,18 +208,7 @@ class SACLearner:
     # ------------------------------------------------------------------ acting
     def state_vector(self, obs: dict[str, Any]) -> torch.Tensor:
         """Concatenate the configured keys into (B, D) float32 (a single observation gives B = 1)."""
-        parts = []
-        for key, dim in self.state_dims.items():
-            if key not in obs:
-                raise SpecError(f"observation.{key}: missing")
-            arr = np.asarray(obs[key], dtype=np.float32)
-            arr = arr.reshape(-1, dim) if arr.size % dim == 0 else arr
-            if arr.ndim != 2 or arr.shape[1] != dim:
-                raise SpecError(f"observation.{key}: expected {dim} values per row, got shape {np.shape(obs[key])}")
-            if not np.all(np.isfinite(arr)):
-                raise SpecError(f"observation.{key}: contains NaN or inf")
-            parts.append(torch.from_numpy(arr))
-        return torch.cat(parts, -1).to(self.device, non_blocking=True)
+        return torch.from_numpy(state_array(obs, self.state_dims)).to(self.device, non_blocking=True)
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any], base_action: np.ndarray | None = None, deterministic: bool = False
