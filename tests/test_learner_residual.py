@@ -260,3 +260,28 @@ def test_a_chunked_policy_base_is_asked_once_per_step(tmp_path: Path) -> None:
     for t in out.transitions:
         assert t.base_action is not None
         assert t.action.tobytes() == t.base_action.tobytes() == twin.act(t.observation).tobytes()
+
+
+def test_a_restarted_residual_learner_resumes_its_buffers_networks_and_versions(tmp_path: Path) -> None:
+    cfg = quad_config("learner.residual.warmup_steps=250", "learner.residual.intervention_penalty=0.5")
+    learner = OnlineLearner(cfg, tmp_path)
+    env = TaskReward(gym.make(QUAD), "env")
+    agent = ResidualAgent(expert_for(env), weights_dir=tmp_path / "weights")
+    for k in range(2):
+        learner.add(run_episode(env, agent, k, seed=k, human=ScriptedHuman(expert_for(env)),
+                                base_agent=agent.base_view, keep=True).transitions)
+    learner.train(learner.train_allowed())
+    assert learner.publish() == 1
+    learner.checkpoint()
+    probe = {"position": np.array([0.1, 0.0, 0.9], np.float32), "quat": np.array([1, 0, 0, 0], np.float32),
+             "linvel": np.zeros(3, np.float32), "angvel": np.zeros(3, np.float32),
+             "goal_pos": np.array([0, 0, 1], np.float32), "goal_vel": np.zeros(3, np.float32)}
+    sac = learner.algorithm.sac  # type: ignore[attr-defined]
+    before = sac.act(probe, expert_for(env).act(probe), deterministic=True)
+
+    again = OnlineLearner(cfg, tmp_path)
+    assert again.resumed_from == {"steps": 500, "human_steps": 20, "updates": learner.updates}
+    assert again.steps.transitions()[9].reward == learner.steps.transitions()[9].reward  # the penalised step
+    after = again.algorithm.sac.act(probe, expert_for(env).act(probe), deterministic=True)  # type: ignore[attr-defined]
+    assert after.tobytes() == before.tobytes()
+    assert again.publish() == 2  # the numbering continues

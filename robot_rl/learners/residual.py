@@ -37,6 +37,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from robot_rl.core.config import config_to_dict
@@ -199,7 +200,7 @@ class ResidualAgent:
         version, folder = found
         try:
             self.residual = ResidualActorWeights.load(folder)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:  # pruned, half-copied or mismatched
+        except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:  # pruned, half-copied, mismatched
             self.refused[version] = str(exc)
 
     @torch.no_grad()
