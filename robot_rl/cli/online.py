@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from robot_rl.learners.online_config import OnlineConfig
 
-HELP = "online fine-tuning: learner + actors with a simulated human (HG-DAgger), as separate processes"
+HELP = ("online fine-tuning: learner + actors with a simulated human (HG-DAgger or residual RL), "
+        "as separate processes")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                 cfg.policy = args.policy
             if args.demos:
                 cfg.learner.demos = args.demos
-            if not cfg.policy:
+            base_is_expert = cfg.learner.algorithm == "residual" and cfg.learner.residual.base == "expert"
+            if not cfg.policy and not base_is_expert:
                 raise ConfigError("policy: no policy to fine-tune (give --policy)")
             return _run_all(cfg, Path(args.run))
         if args.role == "learner":
