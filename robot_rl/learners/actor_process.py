@@ -26,7 +26,6 @@ import torch
 from tqdm import tqdm
 
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
-from robot_rl.core.device import resolve_device
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.residual import ResidualAgent, TaskReward, build_base
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
@@ -36,7 +35,7 @@ from robot_rl.learners.transport import BatchingSender, ReconnectingSender, list
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.runtime.episode import EpisodeHooks, run_episode
 from robot_rl.runtime.policy_runner import PolicyRunner
-from robot_rl.sim.experts.arm import expert_for
+from robot_rl.sim.experts import expert_for
 
 
 def _latest_policy(weights: Path, timeout: float = 120.0) -> tuple[Policy, int]:
@@ -75,12 +74,11 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
         base_agent = agent.base_view
     else:
         policy, _ = _latest_policy(run / "weights")
-        policy.to(resolve_device(ac.device))
-        agent = PolicyRunner(policy, weights_dir=run / "weights")  # new versions swap in between chunks
-    runner = agent
+        # new versions swap in between chunks
+        agent = PolicyRunner(policy, weights_dir=run / "weights", device=ac.device)
     sender = ReconnectingSender(run, ac.pending_limit)
     stream = BatchingSender(sender, ac.send_every)
-    hooks = EpisodeHooks(on_transition=stream.add, policy_version=lambda: runner.version)
+    hooks = EpisodeHooks(on_transition=stream.add, policy_version=lambda: agent.version)
     log = run / f"actor_{index}.jsonl"
     records: list[dict[str, Any]] = []
     stop = threading.Event()
@@ -91,13 +89,13 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
                 break
             seed = ac.seed + 100_000 * index + k
             t0 = time.perf_counter()
-            start_version = runner.version
-            out = run_episode(env, runner, episode_id=1_000_000 * index + k, seed=seed, human=human,
+            start_version = agent.version
+            out = run_episode(env, agent, episode_id=1_000_000 * index + k, seed=seed, human=human,
                               base_agent=base_agent, hooks=hooks)
             stream.flush()
             record = {"actor": index, "episode": k, "seed": seed, "success": bool(out.success),
                       "steps": out.length, "intervention_steps": out.intervention_steps,
-                      "takeovers": out.takeovers, "version_start": start_version, "version_end": runner.version,
+                      "takeovers": out.takeovers, "version_start": start_version, "version_end": agent.version,
                       "seconds": time.perf_counter() - t0, "t": time.time(), "queued": len(sender.queue)}
             records.append(record)
             with log.open("a", encoding="utf-8") as f:

@@ -205,11 +205,6 @@ class OnlineLearner:
         """Every received step."""
         return self.algorithm.steps
 
-    @property
-    def learner(self) -> OnlineAlgorithm:
-        """The algorithm (its ``interventions`` buffer holds the human steps)."""
-        return self.algorithm
-
     def add(self, transitions: list[Transition]) -> None:
         """Hand received steps to the algorithm."""
         if transitions:

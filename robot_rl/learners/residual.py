@@ -46,6 +46,8 @@ from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import ReplayBuffer, mixed_sample
 from robot_rl.learners.sac_rlpd import GaussianActor, SACConfig, SACLearner, state_array
 from robot_rl.learners.transport import WeightsWatcher
+from robot_rl.runtime.episode import act as agent_action
+from robot_rl.runtime.episode import reset_agent
 
 MARKER = "residual.json"
 """The file that marks a complete published ``weights/v<N>/`` residual folder (a PolicyRunner's is policy.json)."""
@@ -183,12 +185,7 @@ class ResidualAgent:
 
     def reset(self, seed: int | None = None) -> None:
         """New episode: reset the base; ``seed`` fixes the exploration noise."""
-        reset = getattr(self.base, "reset", None)
-        if callable(reset):
-            try:
-                reset(seed=seed)
-            except TypeError:  # experts' reset() takes no seed
-                reset()
+        reset_agent(self.base, seed)
         if seed is not None:
             self.generator.manual_seed(int(seed))
 
@@ -207,7 +204,7 @@ class ResidualAgent:
     def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         """Base action + residual correction for this step."""
         self.poll_weights()
-        base = np.asarray(self.base.act(obs) if hasattr(self.base, "act") else self.base(obs), np.float32).reshape(-1)
+        base = agent_action(self.base, obs)
         self.last_base = base
         if self.residual is None:
             return base.copy()  # warm-up: exactly the base action
