@@ -226,7 +226,7 @@ def test_the_process_runner_drives_residual_rl(tmp_path: Path) -> None:
     assert len(result.episodes) == 40
     versions = list_versions(run / "weights", MARKER)
     assert versions and versions[-1][0] >= 2
-    assert (versions[-1][1] / "residual.safetensors").is_file()
+    assert (versions[-1][1] / "actor.safetensors").is_file()
     assert max(e["version_end"] for e in result.episodes) >= 1  # the actor swapped a published residual in
     assert result.episodes[0]["version_start"] == 0
     steps = ReplayBuffer.load(run / "checkpoint" / "steps")

@@ -5,9 +5,9 @@ Transitions stream to the learner every few steps during the episode; between ac
 checks ``<run>/weights/`` for a newer version and stages it, so the policy improves mid-episode, not
 only at resets. If the learner goes away (killed, restarting), the actor keeps running: steps wait in a
 bounded queue and go out once it reconnects. One JSON line per episode goes to ``<run>/actor_<i>.jsonl``.
-With ``learner.algorithm: residual`` the actor runs :class:`~robot_rl.learners.residual.ResidualAgent`
-(the frozen base plus the newest published residual, swapped between steps), records the base's action
-with every step and stores the reward ``learner.residual.reward`` names.
+With an RL algorithm (``residual``, ``rlpd``, ``dsrl``) the actor runs that algorithm's agent (see
+:func:`make_agent`), records the base's action with every step (residual) and stores the reward the
+algorithm's section names (sparse success by default).
 SIGTERM (or SIGINT) ends the actor after the current episode: its steps are delivered, it exits cleanly.
 """
 
@@ -22,13 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from tqdm import tqdm
 
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
+from robot_rl.learners.off_policy import TaskReward
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.residual import ResidualAgent, TaskReward, build_base
+from robot_rl.learners.residual import ResidualAgent, build_base
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
+from robot_rl.learners.sac_online import SACAgent
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
 from robot_rl.learners.transport import BatchingSender, ReconnectingSender, list_versions
@@ -53,6 +56,31 @@ def _latest_policy(weights: Path, timeout: float = 120.0) -> tuple[Policy, int]:
         time.sleep(0.1)
 
 
+def make_agent(cfg: OnlineConfig, env: gym.Env[Any, Any], run: Path) -> tuple[gym.Env[Any, Any], Any, Any]:
+    """(env, agent, base_agent) of an actor for ``learner.algorithm``; the env is wrapped in the reward it stores.
+
+    ``hg_dagger``: a PolicyRunner over the newest published policy (new versions swap in between chunks).
+    ``residual`` / ``rlpd``: a SAC agent (on its frozen base, or alone) following the published actors.
+    ``dsrl``: the frozen base policy sampled from noise chosen by the published noise actor.
+    """
+    lc, device = cfg.learner, cfg.actor.device
+    if lc.algorithm == "residual":
+        rc = lc.residual
+        agent = ResidualAgent(build_base(rc.base, env, cfg.policy, device), weights_dir=run / "weights",
+                              deterministic=not rc.explore)
+        return TaskReward(env, rc.reward), agent, agent.base_view
+    if lc.algorithm == "rlpd":
+        dim = int(np.prod(env.action_space.shape or (1,)))
+        return TaskReward(env, lc.rlpd.reward), SACAgent(None, run / "weights", not lc.rlpd.explore,
+                                                         action_dim=dim, seed=cfg.actor.seed), None
+    if lc.algorithm == "dsrl":
+        from robot_rl.learners.dsrl_online import make_dsrl_agent
+
+        return TaskReward(env, lc.dsrl.reward), make_dsrl_agent(cfg, run), None
+    policy, _ = _latest_policy(run / "weights")
+    return env, PolicyRunner(policy, weights_dir=run / "weights", device=device), None
+
+
 def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool = False) -> list[dict[str, Any]]:
     """Run ``cfg.actor.episodes`` episodes as actor ``index``; returns (and logs) one record per episode."""
     ac = cfg.actor
@@ -64,18 +92,7 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     expert = expert_for(env)
     human_cfg = dataclasses.replace(ac.human, seed=ac.human.seed + index, action_risk=ac.human_risk == "action")
     human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(ac.env_id) if ac.human_risk == "grasp" else None)
-    agent: PolicyRunner | ResidualAgent
-    base_agent = None
-    if cfg.learner.algorithm == "residual":
-        rc = cfg.learner.residual
-        env = TaskReward(env, rc.reward)
-        agent = ResidualAgent(build_base(rc.base, env, cfg.policy, ac.device), weights_dir=run / "weights",
-                              deterministic=not rc.explore)
-        base_agent = agent.base_view
-    else:
-        policy, _ = _latest_policy(run / "weights")
-        # new versions swap in between chunks
-        agent = PolicyRunner(policy, weights_dir=run / "weights", device=ac.device)
+    env, agent, base_agent = make_agent(cfg, env, run)
     sender = ReconnectingSender(run, ac.pending_limit)
     stream = BatchingSender(sender, ac.send_every)
     hooks = EpisodeHooks(on_transition=stream.add, policy_version=lambda: agent.version)

@@ -4,17 +4,18 @@ It runs beside the robots, never in their control loop: actors stream transition
 their episodes run; it trains an algorithm (``learner.algorithm``) and writes numbered weight folders
 that actors (and the ROS policy node) swap in between action chunks. Algorithms sit behind one small
 interface (:class:`OnlineAlgorithm`): ``hg_dagger`` (:class:`HGDAggerAlgorithm`, behaviour cloning on the
-human-gated segments plus the demonstrations) and ``residual``
-(:class:`robot_rl.learners.residual.ResidualAlgorithm`, SAC on a frozen base).
+human-gated segments plus the demonstrations), and the off-policy RL algorithms of
+:mod:`robot_rl.learners.off_policy`: ``residual`` (SAC on a frozen base), ``rlpd`` (SAC from scratch with
+the demonstrations in half of every batch) and ``dsrl`` (SAC in the frozen policy's noise space).
 
 Run folder layout (everything a restart needs; nothing pickled)::
 
     <run>/learner.json          address of the transition socket (+ the learner's pid)
     <run>/learner.key           HMAC key actors authenticate with (mode 0600, kept across restarts)
     <run>/weights/v<N>/         published weights, newest 3 kept: a policy (model.safetensors + policy.json)
-                                or a residual actor (residual.safetensors + residual.json)
+                                or a SAC actor (actor.safetensors + actor.json; residual, rlpd)
     <run>/checkpoint/state/     HG-DAgger: policy + optimizer + counters (atomic folder swap)
-    <run>/checkpoint/sac/       residual: actor, critics, optimisers, counters (atomic folder swap)
+    <run>/checkpoint/sac/       residual / rlpd: actor, critics, optimisers, counters (atomic folder swap)
     <run>/checkpoint/steps/     every received transition (append-only safetensors chunks)
     <run>/checkpoint/interventions/  the human-controlled steps
     <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time (and an
@@ -44,6 +45,8 @@ from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.hg_dagger import HGDAggerLearner
 from robot_rl.learners.online_config import LearnerConfig, OnlineConfig
 from robot_rl.learners.residual import ResidualAlgorithm
+from robot_rl.learners.rlpd import RLPDAlgorithm, demo_transitions
+from robot_rl.learners.task_success import observed_success
 from robot_rl.learners.transport import (
     SocketTransitionServer,
     WeightsPublisher,
@@ -174,6 +177,18 @@ def make_algorithm(cfg: OnlineConfig, checkpoint: Path) -> OnlineAlgorithm:
         torch.manual_seed(lc.residual.seed)
         return ResidualAlgorithm(lc.residual, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
                                  device=lc.device)
+    if lc.algorithm == "rlpd":
+        torch.manual_seed(lc.rlpd.seed)
+        demos = None
+        if lc.demos and not (checkpoint / "sac").is_dir():
+            success = observed_success(cfg.actor.env_id) if lc.rlpd.reward == "success" else None
+            demos = demo_transitions(lc.demos, lc.rlpd.reward, success)
+        return RLPDAlgorithm(lc.rlpd, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
+                             device=lc.device, demos=demos)
+    if lc.algorithm == "dsrl":
+        from robot_rl.learners.dsrl_online import make_dsrl_algorithm
+
+        return make_dsrl_algorithm(cfg, checkpoint)
     return HGDAggerAlgorithm(cfg, checkpoint)
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.device import check_device_name
+from robot_rl.learners.dsrl_online import DSRLRunConfig
 from robot_rl.learners.hg_dagger import HGDAggerConfig
 from robot_rl.learners.residual import ResidualConfig
+from robot_rl.learners.rlpd import RLPDConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
 from robot_rl.paths import package_share_dir
 
@@ -56,16 +58,26 @@ class ActorConfig:
             raise ValueError(f"human_risk: must be 'grasp' or 'action', got {self.human_risk!r}")
 
 
+ALGORITHMS = ("hg_dagger", "residual", "rlpd", "dsrl")
+"""What ``learner.algorithm`` may name."""
+
+
 @dataclass
 class LearnerConfig:
     """What the learner process does with the stream."""
 
     algorithm: str = "hg_dagger"
     """What the learner trains: ``hg_dagger`` (behaviour cloning on the human-gated segments, the policy
-    itself is fine-tuned) or ``residual`` (SAC learns a bounded correction on a frozen base, see
-    robot_rl.learners.residual)."""
+    itself is fine-tuned), ``residual`` (SAC learns a bounded correction on the frozen ``policy``, see
+    robot_rl.learners.residual), ``rlpd`` (SAC from scratch with the demonstrations in half of every
+    batch, robot_rl.learners.rlpd) or ``dsrl`` (SAC chooses the initial noise of the frozen diffusion /
+    flow ``policy``, robot_rl.learners.dsrl_online)."""
     residual: ResidualConfig = field(default_factory=ResidualConfig)
     """Settings of ``algorithm: residual`` (ignored otherwise)."""
+    rlpd: RLPDConfig = field(default_factory=RLPDConfig)
+    """Settings of ``algorithm: rlpd`` (ignored otherwise)."""
+    dsrl: DSRLRunConfig = field(default_factory=DSRLRunConfig)
+    """Settings of ``algorithm: dsrl`` (ignored otherwise)."""
     demos: str = ""
     """Episode store (zarr) of demonstrations mixed into every batch (empty: interventions only)."""
     hg_dagger: HGDAggerConfig = field(default_factory=HGDAggerConfig)
@@ -91,8 +103,8 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
-        if self.algorithm not in ("hg_dagger", "residual"):
-            raise ValueError(f"algorithm: must be 'hg_dagger' or 'residual', got {self.algorithm!r}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm: must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.min_intervention_steps < 0 or self.updates_per_cycle < 1 or self.publish_every < 1:
             raise ValueError("min_intervention_steps >= 0, updates_per_cycle >= 1 and publish_every >= 1")
         if not self.update_to_data > 0 or not self.checkpoint_every_s > 0:

@@ -1,0 +1,36 @@
+"""Success read from an observation, for steps whose ``is_success`` was never recorded (demonstrations).
+
+Episode stores keep the env's shaped reward and one success flag per episode; a learner that trains on
+the sparse per-step success (as on a real robot) needs to know at which demonstration steps the task was
+done. For tasks whose success is visible in the observation, these functions say so; they agree with
+the env's own ``is_success`` (tests/test_learner_rlpd.py checks that on recorded episodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+ObservedSuccess = Callable[[Mapping[str, np.ndarray]], bool]
+
+
+def pick_lift_success(obs: Mapping[str, np.ndarray]) -> bool:
+    """The cube's centre is at or above the goal height (ArmPickLift: 10 cm above its resting height)."""
+    return bool(np.asarray(obs["object_pos"])[2] >= np.asarray(obs["goal_pos"])[2])
+
+
+TASK_SUCCESS: dict[str, ObservedSuccess] = {
+    "robot_rl/ArmPickLift-v0": pick_lift_success,
+    "robot_rl/ArmPickLift-RealStandIn-v0": pick_lift_success,
+}
+"""Environment id -> success from an observation."""
+
+
+def observed_success(env_id: str) -> ObservedSuccess:
+    """The observed success of ``env_id``; a clear error for tasks without one."""
+    try:
+        return TASK_SUCCESS[env_id]
+    except KeyError:
+        raise ValueError(f"no observed success for {env_id!r} (have {sorted(TASK_SUCCESS)}): demonstrations "
+                         "cannot be given sparse per-step rewards; use reward: env") from None
