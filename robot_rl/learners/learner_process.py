@@ -202,7 +202,8 @@ class OnlineLearner:
         self.ckpt = self.run_dir / "checkpoint"
         self.algorithm = make_algorithm(cfg, self.ckpt)
         self.resumed_from = self.algorithm.resumed_from
-        self.publisher = WeightsPublisher(self.run_dir / "weights", marker=self.algorithm.marker)
+        self.publisher = WeightsPublisher(self.run_dir / "weights", keep=cfg.learner.keep_versions,
+                                          marker=self.algorithm.marker)
         self._stop = False
         self._last_ckpt = time.monotonic()
         self._last_publish = self.updates

@@ -71,8 +71,13 @@ def collect(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return sorted(episodes, key=lambda r: r["t"]), read_jsonl(run / "learner_log.jsonl")
 
 
-def run_online(cfg: OnlineConfig, run: str | Path, progress: bool = True, timeout: float = 3600.0) -> OnlineResult:
-    """Start the learner and ``cfg.actors`` actors as processes, wait, stop, summarise."""
+def run_online(cfg: OnlineConfig, run: str | Path, progress: bool = True, timeout: float = 3600.0,
+               budget_s: float | None = None) -> OnlineResult:
+    """Start the learner and ``cfg.actors`` actors as processes, wait, stop, summarise.
+
+    ``budget_s``: wall-clock budget; when it is spent the actors are asked to stop after their current
+    episode (SIGTERM), as if their episodes had run out. ``timeout`` is the hard limit (an error).
+    """
     from tqdm import tqdm
 
     run = Path(run)
@@ -94,7 +99,13 @@ def run_online(cfg: OnlineConfig, run: str | Path, progress: bool = True, timeou
         total = cfg.actors * cfg.actor.episodes
         bar = tqdm(total=total, desc="online fine-tuning", unit="episode", disable=not progress)
         deadline = time.monotonic() + timeout
+        budget_end = None if budget_s is None else time.monotonic() + budget_s
         while any(a.poll() is None for a in actors):
+            if budget_end is not None and time.monotonic() > budget_end:
+                for a in actors:
+                    if a.poll() is None:
+                        a.send_signal(signal.SIGTERM)
+                budget_end = None
             if learner.poll() is not None:
                 raise RuntimeError(f"the learner exited with {learner.returncode}; see {logs / 'learner.log'}")
             if time.monotonic() > deadline:

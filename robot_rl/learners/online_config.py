@@ -93,6 +93,8 @@ class LearnerConfig:
     """Publish weights every N gradient steps."""
     checkpoint_every_s: float = 20.0
     """Checkpoint (weights, optimizer, buffers) at most this often; always at exit."""
+    keep_versions: int = 3
+    """Published weight versions kept on disk (older ones are pruned); raise it to evaluate a learning curve."""
     capacity: int = 1_000_000
     """Transitions kept in the all-steps buffer (the record of the run)."""
     num_threads: int = 1
@@ -109,8 +111,8 @@ class LearnerConfig:
             raise ValueError("min_intervention_steps >= 0, updates_per_cycle >= 1 and publish_every >= 1")
         if not self.update_to_data > 0 or not self.checkpoint_every_s > 0:
             raise ValueError("update_to_data and checkpoint_every_s must be > 0")
-        if self.capacity < 1 or self.num_threads < 1:
-            raise ValueError("capacity and num_threads must be >= 1")
+        if self.capacity < 1 or self.num_threads < 1 or self.keep_versions < 1:
+            raise ValueError("capacity, num_threads and keep_versions must be >= 1")
 
 
 @dataclass

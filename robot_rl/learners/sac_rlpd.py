@@ -4,8 +4,10 @@ Actions live in [-1, 1]^A (the arm envs' normalised actions). The actor is a sma
 with ``residual_scale > 0`` it is residual on a frozen base policy (ResFiT: Ankile et al., "Residual
 Off-Policy RL for Finetuning Behavior Cloning Policies", arXiv:2509.19301): it also sees ``base_action``
 and executes ``clip(base_action + residual_scale * tanh(u), -1, 1)``; its last layer starts at zero so
-the residual starts as the base policy's own action. The critics score the EXECUTED action, so human
-intervention steps (routed into both buffers) teach the critic directly. Targets take the min over a
+the residual starts as the base policy's own action. The critics score the EXECUTED action (a residual's
+critics also see the base action), so human intervention steps (routed into both buffers) teach the
+critic directly. A residual actor can wait ``actor_delay`` updates for the critics (ResFiT's critic
+warm-up) and pay ``residual_penalty`` for its size. Targets take the min over a
 random pair of target critics (REDQ); truncated steps still bootstrap. Checkpoints are safetensors
 (networks, optimiser moments) + JSON; no pickle.
 """
@@ -64,6 +66,12 @@ class SACConfig:
     """0: a plain actor. > 0: residual on ``base_action`` with this largest correction per dimension."""
     grad_clip: float = 10.0
     """Gradient-norm clip for actor and critics."""
+    actor_delay: int = 0
+    """Updates that train only the critics (ResFiT's critic warm-up): a random critic would push the actor
+    (a residual: to its bound) before it has learnt what the base policy's actions are worth."""
+    residual_penalty: float = 0.0
+    """Weight of mean(tanh(u)^2) in a residual actor's loss: the correction stays near zero unless the
+    critics agree it pays (0: plain SAC)."""
     device: str = "auto"
     """Where the networks train and act: "auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
 
@@ -80,6 +88,8 @@ class SACConfig:
             raise ValueError(f"demo_fraction: must be in [0, 1], got {self.demo_fraction}")
         if self.lr <= 0 or self.init_temperature <= 0 or self.residual_scale < 0 or self.grad_clip <= 0:
             raise ValueError("lr, init_temperature and grad_clip must be > 0, residual_scale >= 0")
+        if self.actor_delay < 0 or self.residual_penalty < 0:
+            raise ValueError("actor_delay and residual_penalty must be >= 0")
 
 
 class EnsembleLinear(nn.Module):
@@ -189,8 +199,9 @@ class SACLearner:
         self.state_dims = {k: int(state_dims[k]) for k in config.state_keys}
         obs_dim = sum(self.state_dims.values())
         self.actor = GaussianActor(obs_dim, action_dim, config.hidden, config.residual_scale)
-        self.critic = CriticEnsemble(config.num_critics, obs_dim, action_dim, config.hidden)
-        self.target = CriticEnsemble(config.num_critics, obs_dim, action_dim, config.hidden)
+        critic_in = obs_dim + (action_dim if config.residual_scale > 0 else 0)  # a residual's critics see the base
+        self.critic = CriticEnsemble(config.num_critics, critic_in, action_dim, config.hidden)
+        self.target = CriticEnsemble(config.num_critics, critic_in, action_dim, config.hidden)
         self.target.load_state_dict(self.critic.state_dict())
         self.target.requires_grad_(False)
         self.device = resolve_device(config.device)
@@ -242,10 +253,16 @@ class SACLearner:
                             if next_base is not None else out["base"])
         return out
 
+    def _critic_state(self, b: dict[str, torch.Tensor], prefix: str = "") -> torch.Tensor:
+        """What the critics see besides the action: the state, and a residual's base action (ResFiT)."""
+        state = b[prefix + "obs"]
+        return torch.cat([state, b[prefix + "base"]], -1) if self.config.residual_scale > 0 else state
+
     def update(self, batches: Sequence[dict[str, np.ndarray]]) -> dict[str, float]:
         """``len(batches)`` critic updates (the UTD ratio), then one actor and temperature update.
 
-        Each batch is a dict of columns as :func:`robot_rl.learners.buffers.mixed_sample` returns.
+        The actor waits for ``actor_delay`` updates. Each batch is a dict of columns as
+        :func:`robot_rl.learners.buffers.mixed_sample` returns.
         """
         if not batches:
             raise ValueError("update: need at least one batch")
@@ -256,9 +273,9 @@ class SACLearner:
             with torch.no_grad():
                 next_action, next_logp = self.actor(b["next_obs"], b["next_base"])
                 pick = torch.randperm(cfg.num_critics, generator=self.rng)[: cfg.num_target_critics].to(self.device)
-                q_next = self.target(b["next_obs"], next_action)[pick].min(0).values
+                q_next = self.target(self._critic_state(b, "next_"), next_action)[pick].min(0).values
                 target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * (q_next - self.alpha * next_logp)
-            q = self.critic(b["obs"], b["action"])
+            q = self.critic(self._critic_state(b), b["action"])
             critic_loss = ((q - target) ** 2).mean()
             self.critic_opt.zero_grad()
             critic_loss.backward()
@@ -269,8 +286,19 @@ class SACLearner:
                     tp.lerp_(p, cfg.tau)
             metrics["critic_loss"] = float(critic_loss.detach())
             metrics["q_mean"] = float(q.detach().mean())
+        self.updates += 1
+        if self.updates > cfg.actor_delay:
+            metrics.update(self._update_actor(b))
+        return metrics
+
+    def _update_actor(self, b: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One actor and temperature step on batch ``b`` (the last critic batch)."""
+        cfg = self.config
         action, logp = self.actor(b["obs"], b["base"])
-        actor_loss = (self.alpha * logp - self.critic(b["obs"], action).mean(0)).mean()
+        actor_loss = (self.alpha * logp - self.critic(self._critic_state(b), action).mean(0)).mean()
+        if cfg.residual_scale > 0 and cfg.residual_penalty > 0:
+            correction = (action - b["base"]) / cfg.residual_scale
+            actor_loss = actor_loss + cfg.residual_penalty * correction.pow(2).mean()
         self.actor_opt.zero_grad()
         actor_loss.backward()
         nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.grad_clip)
@@ -279,9 +307,7 @@ class SACLearner:
         self.alpha_opt.zero_grad()
         alpha_loss.backward()
         self.alpha_opt.step()
-        self.updates += 1
-        metrics.update(actor_loss=float(actor_loss.detach()), alpha=self.alpha, entropy=float(-logp.detach().mean()))
-        return metrics
+        return {"actor_loss": float(actor_loss.detach()), "alpha": self.alpha, "entropy": float(-logp.detach().mean())}
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, folder: str | Path) -> Path:

@@ -1,0 +1,174 @@
+"""Online fine-tuning methods on arm pick-and-lift, side by side: success without a human on unseen seeds.
+
+    .venv/bin/python benchmarks/pick_lift_online.py run --method residual --policy <ckpt> --demos <zarr> \\
+        --budget-s 600 --out outputs/bench_pick_lift/residual
+    .venv/bin/python benchmarks/pick_lift_online.py compare outputs/bench_pick_lift/*/result.json
+
+``run`` drives one method through the process runner (one learner, one actor, the simulated human on or
+off) for a wall-clock budget, keeps every published version, then evaluates versions spread over the run
+on ``--curve-episodes`` unseen seeds and the last one on ``--eval-episodes`` (both from seed 100 000, the
+demo's evaluation seeds; no human, the actor's mean action). It writes ``result.json`` (the curve against
+env steps and wall time) and ``curve.png``. ``compare`` prints one table and plots the curves together.
+Timings are only comparable between runs on the same machine with nothing else running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import robot_rl.sim  # noqa: F401
+from robot_rl.core.config import load_config
+from robot_rl.learners.online import run_online
+from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.residual import build_base
+from robot_rl.learners.sac_online import MARKER as SAC_MARKER
+from robot_rl.learners.sac_online import ActorWeights, SACAgent
+from robot_rl.learners.transport import list_versions
+from robot_rl.policies.base import Policy
+from robot_rl.training.evaluate import evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_ID = "robot_rl/ArmPickLift-v0"
+EVAL_SEED = 100_000
+CONFIGS = {"hg_dagger": "online_pick_lift.yaml", "residual": "online_pick_lift_residual.yaml",
+           "rlpd": "online_pick_lift_rlpd.yaml", "dsrl": "online_pick_lift_dsrl.yaml"}
+
+
+def agent_for(cfg: OnlineConfig, folder: Path, env: gym.Env[Any, Any]) -> Any:
+    """What acts for a published version without a human: a policy, or a SAC actor (on its base) at its mean."""
+    if (folder / SAC_MARKER).is_file():
+        weights = ActorWeights.load(folder)
+        base = build_base(cfg.learner.residual.base, env, cfg.policy) if weights.is_residual else None
+        return SACAgent(base, deterministic=True, actor=weights, action_dim=weights.action_dim)
+    if cfg.learner.algorithm == "dsrl":
+        from robot_rl.learners import dsrl_online
+
+        return dsrl_online.evaluation_agent(cfg, folder)  # type: ignore[attr-defined]
+    return Policy.load(folder)
+
+
+def success_rate(cfg: OnlineConfig, folder: Path | None, episodes: int) -> float:
+    """Success of version ``folder`` (None: the starting policy) on ``episodes`` unseen seeds, no human."""
+    env = gym.make(ENV_ID)
+    try:
+        agent = Policy.load(cfg.policy) if folder is None else agent_for(cfg, folder, env)
+        return evaluate(agent, env, ENV_ID, episodes, EVAL_SEED).success_rate
+    finally:
+        env.close()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """One method for a wall-clock budget, then its learning curve and final success."""
+    torch.set_num_threads(1)
+    overrides = [f"learner.keep_versions={10**6}", f"actor.episodes={10**6}", *args.overrides]
+    if args.policy:
+        overrides.append(f"policy={args.policy}")
+    if args.demos:
+        overrides.append(f"learner.demos={args.demos}")
+    if not args.human:
+        overrides.append("actor.human.max_takeovers=0")
+    cfg = load_config(OnlineConfig, ROOT / "config" / "learners" / CONFIGS[args.method], overrides)
+    out = Path(args.out)
+    result = run_online(cfg, out / "run", progress=True, budget_s=args.budget_s, timeout=args.budget_s + 900)
+    t_start = result.episodes[0]["t"] - result.episodes[0]["seconds"] if result.episodes else time.time()
+    marker = SAC_MARKER if cfg.learner.algorithm in ("residual", "rlpd") else None
+    versions = list_versions(out / "run" / "weights", marker) if marker else list_versions(out / "run" / "weights")
+    log = {int(line["version"]): line for line in result.learner if "error" not in line}
+    picks = [versions[int(i)] for i in np.unique(np.linspace(0, len(versions) - 1, args.curve_points).round())]
+    curve = [{"version": 0, "env_steps": 0, "wall_s": 0.0,
+              "success": success_rate(cfg, None, args.curve_episodes) if cfg.policy else 0.0}]
+    for version, folder in picks:
+        line = log.get(version, {})
+        curve.append({"version": version, "env_steps": int(line.get("steps", 0)),
+                      "wall_s": float(line.get("t", t_start) - t_start),
+                      "success": success_rate(cfg, folder, args.curve_episodes)})
+        print(curve[-1], flush=True)
+    final = success_rate(cfg, versions[-1][1], args.eval_episodes) if versions else 0.0
+    episodes = result.episodes
+    summary = {"method": args.method, "human": args.human, "budget_s": args.budget_s, "seconds": result.seconds,
+               "episodes": len(episodes), "env_steps": int(sum(e["steps"] for e in episodes)),
+               "human_steps": int(sum(e["intervention_steps"] for e in episodes)),
+               "updates": int(result.learner[-1]["updates"]) if result.learner else 0,
+               "final_success": final, "eval_episodes": args.eval_episodes, "curve": curve,
+               "label": args.label or f"{args.method} (human {'on' if args.human else 'off'})"}
+    (out / "result.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    plot([summary], out / "curve.png")
+    return summary
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Success against env steps and against wall time, one line per result."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for r in results:
+        steps = [p["env_steps"] for p in r["curve"]]
+        wall = [p["wall_s"] / 60 for p in r["curve"]]
+        success = [p["success"] for p in r["curve"]]
+        a1.plot(steps, success, marker="o", label=r["label"])
+        a2.plot(wall, success, marker="o", label=r["label"])
+    a1.set_xlabel("env steps")
+    a2.set_xlabel("wall time [min] (2 CPU cores)")
+    a1.set_ylabel("success without a human (unseen seeds)")
+    a1.set_ylim(-0.02, 1.02)
+    a1.axhline(0.95, color="grey", ls=":", lw=1)
+    a2.axhline(0.95, color="grey", ls=":", lw=1)
+    a2.legend(fontsize=8, loc="lower right")
+    fig.suptitle("arm pick-and-lift: online fine-tuning")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def compare(paths: list[str], png: str) -> None:
+    """One table and one plot of several ``result.json`` files."""
+    results = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    print(f"{'method':32s} {'start':>6s} {'final':>6s} {'episodes':>9s} {'env steps':>10s} {'human steps':>12s} "
+          f"{'updates':>8s} {'wall':>7s}")
+    for r in results:
+        print(f"{r['label']:32s} {r['curve'][0]['success']:6.0%} {r['final_success']:6.0%} {r['episodes']:9d} "
+              f"{r['env_steps']:10d} {r['human_steps']:12d} {r['updates']:8d} {r['seconds']:6.0f}s")
+    plot(results, Path(png))
+    print(f"plot: {png}")
+
+
+def main() -> None:
+    """``run`` one method or ``compare`` several."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--method", choices=sorted(CONFIGS), required=True)
+    r.add_argument("--policy", default="", help="starting / base policy checkpoint")
+    r.add_argument("--demos", default="", help="episode store of demonstrations")
+    r.add_argument("--budget-s", type=float, default=600.0)
+    r.add_argument("--human", action=argparse.BooleanOptionalAction, default=True)
+    r.add_argument("--eval-episodes", type=int, default=50)
+    r.add_argument("--curve-episodes", type=int, default=20)
+    r.add_argument("--curve-points", type=int, default=6)
+    r.add_argument("--label", default="")
+    r.add_argument("--out", required=True)
+    r.add_argument("--set", dest="overrides", action="append", default=[])
+    c = sub.add_parser("compare")
+    c.add_argument("results", nargs="+")
+    c.add_argument("--png", default="outputs/bench_pick_lift/compare.png")
+    args = parser.parse_args()
+    if args.cmd == "run":
+        s = run(args)
+        print(json.dumps({k: v for k, v in s.items() if k != "curve"}))
+    else:
+        compare(args.results, args.png)
+
+
+if __name__ == "__main__":
+    main()
