@@ -183,3 +183,19 @@ def test_rlpd_through_the_process_runner(demos: tuple, tmp_path: Path) -> None:
     assert versions and max(e["version_end"] for e in result.episodes) >= 1
     meta = json.loads((versions[-1][1] / MARKER).read_text())
     assert meta["scale"] == 0.0 and meta["updates"] > 0
+
+
+def test_end_on_success_ends_actor_episodes_and_demonstrations_at_the_first_lift(demos: tuple) -> None:
+    path, episodes, successes = demos
+    env = TaskReward(gym.make(PICK), "success", end_on_success=True)
+    out = run_episode(env, expert_for(env), 0, seed=3, keep=True)
+    first = successes[0].index(True)
+    assert out.length == first + 1 and out.success  # the scripted expert's first lift, as the simulator saw it
+    last = out.transitions[-1]
+    assert last.terminated and not last.truncated and last.reward == 1.0
+    assert all(t.reward == 0.0 for t in out.transitions[:-1])
+    cut = demo_transitions(path, "success", pick_lift_success, end_on_success=True)
+    assert len(cut) == sum(s.index(True) + 1 for s in successes)
+    assert sum(t.terminated for t in cut) == 2 and sum(t.reward for t in cut) == 2.0
+    with pytest.raises(ValueError, match="success"):
+        TaskReward(gym.make(PICK), "env", end_on_success=True)

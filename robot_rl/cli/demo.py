@@ -5,8 +5,11 @@ episode store (validated, plotted, exported to LeRobot v3) -> a flow-matching po
 (behaviour cloning) -> its success rate on unseen seeds -> online fine-tuning: a learner process trains
 HG-DAgger on the corrections of a simulated human who takes over when a grasp is about to fail, while an
 actor process keeps running episodes and swaps in each new version between action chunks -> the success
-rate on the same seeds again. Prints a table (success before and after, interventions over time, wall
-time) and writes ``learning_curve.png``. Every stage prints what it did and how long it took.
+rate on the same seeds again -> residual RL: the fine-tuned policy stays frozen and SAC learns a small
+per-step correction from the sparse success reward, for ``--rl-seconds`` of wall time -> the success rate
+once more. Prints a table (success at each stage, interventions over time, wall time) and writes
+``learning_curve.png`` and ``learning_curve_residual.png``. Every stage prints what it did and how long it
+took.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-episodes", type=int, default=30, help="evaluation episodes before and after")
     parser.add_argument("--online-episodes", type=int, default=200, help="episodes of online fine-tuning")
     parser.add_argument("--actors", type=int, default=1, help="actor processes during online fine-tuning")
+    parser.add_argument("--rl-seconds", type=float, default=360.0,
+                        help="wall-clock budget of residual RL on the fine-tuned policy (0: skip that stage)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of the online config (config/learners/online_pick_lift.yaml)")
     parser.add_argument("--pixels", action="store_true",
@@ -64,6 +69,7 @@ class DemoSettings:
     eval_episodes: int = 30
     online_episodes: int = 200
     actors: int = 1
+    rl_seconds: float = 360.0
     overrides: list[str] = field(default_factory=list)
     pixels: bool = False
 
@@ -82,6 +88,8 @@ class DemoResults:
     before: EvalReport | None = None
     online: OnlineResult | None = None
     after: EvalReport | None = None
+    residual: OnlineResult | None = None
+    final: EvalReport | None = None
 
 
 class Demo:
@@ -187,23 +195,34 @@ class Demo:
         print(run.summary())
         return f"flow policy, {s.bc_steps} steps on {s.episodes} demonstrations -> {out / 'policy'}"
 
-    def evaluate(self, policy_dir: Path, name: str) -> EvalReport:
-        """The policy in ``policy_dir`` on the evaluation seeds; the report is saved under ``eval_<name>``."""
+    def evaluate(self, policy_dir: Path, name: str, residual: Path | None = None) -> EvalReport:
+        """The policy in ``policy_dir`` (plus a published ``residual``, at its mean) on the evaluation seeds.
+
+        The report is saved under ``eval_<name>``.
+        """
         import gymnasium as gym
         import torch
 
         import robot_rl.sim  # noqa: F401
+        from robot_rl.learners.residual import ResidualActorWeights, ResidualAgent
         from robot_rl.policies.base import Policy
+        from robot_rl.runtime.policy_runner import PolicyRunner
         from robot_rl.training.evaluate import evaluate, save_report
 
         torch.set_num_threads(1)
         policy = Policy.load(str(policy_dir))
+        agent: Policy | ResidualAgent = policy
+        title = f"{name}: {policy.name} policy v{policy.version}"
+        if residual is not None:
+            weights = ResidualActorWeights.load(residual)
+            agent = ResidualAgent(PolicyRunner(policy), residual=weights, deterministic=True)
+            title += f" + residual v{weights.version}"
         env = gym.make(ENV_ID, **self.env_options())
         try:
-            report = evaluate(policy, env, ENV_ID, self.settings.eval_episodes, EVAL_SEED, progress=True)
+            report = evaluate(agent, env, ENV_ID, self.settings.eval_episodes, EVAL_SEED, progress=True)
         finally:
             env.close()
-        save_report(report, self.out / f"eval_{name}", title=f"{name}: {policy.name} policy v{policy.version}")
+        save_report(report, self.out / f"eval_{name}", title=title)
         return report
 
     def eval_before(self) -> str:
@@ -235,18 +254,61 @@ class Demo:
 
     def eval_after(self) -> str:
         """The last weights the learner published, on the same seeds."""
+        self.results.after = report = self.evaluate(self.fine_tuned(), "after")
+        return _eval_line(report)
+
+    def fine_tuned(self) -> Path:
+        """The newest policy HG-DAgger published."""
         from robot_rl.learners.transport import list_versions
 
         versions = list_versions(self.out / "online" / "weights")
         if not versions:
             raise RuntimeError("online fine-tuning published no weights")
-        self.results.after = report = self.evaluate(versions[-1][1], "after")
+        return versions[-1][1]
+
+    def residual_rl(self) -> str:
+        """Residual RL (SAC, sparse success) on the frozen HG-DAgger policy, for ``rl_seconds`` of wall time."""
+        import shutil
+
+        from robot_rl.core.config import load_config
+        from robot_rl.learners.online import run_online
+        from robot_rl.learners.online_config import OnlineConfig
+        from robot_rl.paths import package_share_dir
+
+        s = self.settings
+        if s.rl_seconds <= 0:
+            return "skipped (--rl-seconds 0)"
+        config = package_share_dir() / "config" / "learners" / "online_pick_lift_residual.yaml"
+        cfg = load_config(OnlineConfig, config, [f"actors={s.actors}", "actor.episodes=100000"])
+        cfg.policy = str(self.fine_tuned())
+        cfg.actor.env_options = self.env_options()
+        run = self.out / "residual"
+        if run.exists():
+            shutil.rmtree(run)
+        self.results.residual = result = run_online(cfg, run, budget_s=s.rl_seconds, timeout=s.rl_seconds + 900)
+        last = result.learner[-1] if result.learner else {}
+        return (f"{len(result.episodes)} episodes, {last.get('updates', 0)} SAC updates, "
+                f"{last.get('human_steps', 0)} human steps, residual v{last.get('version', 0)}")
+
+    def eval_residual(self) -> str:
+        """The fine-tuned policy plus the newest residual, on the same seeds."""
+        from robot_rl.learners.sac_online import MARKER
+        from robot_rl.learners.transport import list_versions
+
+        if self.settings.rl_seconds <= 0:
+            return "skipped (--rl-seconds 0)"
+        versions = list_versions(self.out / "residual" / "weights", MARKER)
+        if not versions:
+            raise RuntimeError("residual RL published no residual (was the budget shorter than its warm-up?)")
+        self.results.final = report = self.evaluate(self.fine_tuned(), "residual", residual=versions[-1][1])
         return _eval_line(report)
 
     def load_skipped(self, skipped: list[str]) -> None:
         """Results of stages skipped with ``--skip-to`` read back from ``--out`` where they were saved."""
         if "evaluation" in skipped:
             self.results.before = _load_report(self.out / "eval_before" / "eval.json")
+        if "evaluation 2" in skipped:
+            self.results.after = _load_report(self.out / "eval_after" / "eval.json")
 
     def summary(self, rows: list[tuple[str, str, float]]) -> None:
         """The table of stages, the online run in blocks, the learning curve and before -> after."""
@@ -268,9 +330,18 @@ class Demo:
                                       None if before is None else before.success_rate,
                                       None if after is None else after.success_rate)
             print(f"  learning curve: {png}")
+        residual, final = self.results.residual, self.results.final
+        if residual is not None:
+            png = plot_learning_curve(residual, self.out / "learning_curve_residual.png",
+                                      None if after is None else after.success_rate,
+                                      None if final is None else final.success_rate, title="residual RL (SAC)")
+            print(f"  learning curve of residual RL: {png}")
         if before is not None and after is not None:
-            print(f"\nsuccess without a human on {len(after.successes)} unseen seeds: "
-                  f"{before.success_rate:.0%} before -> {after.success_rate:.0%} after online fine-tuning")
+            line = (f"\nsuccess without a human on {len(after.successes)} unseen seeds: "
+                    f"{before.success_rate:.0%} behaviour cloning -> {after.success_rate:.0%} HG-DAgger")
+            if final is not None:
+                line += f" -> {final.success_rate:.0%} + residual RL"
+            print(line)
 
 
 def _eval_line(report: EvalReport) -> str:
@@ -299,6 +370,8 @@ STAGES: list[tuple[str, Callable[[Demo], str]]] = [
     ("evaluation", Demo.eval_before),
     ("online learning", Demo.online),
     ("evaluation 2", Demo.eval_after),
+    ("residual RL", Demo.residual_rl),
+    ("evaluation 3", Demo.eval_residual),
 ]
 
 

@@ -68,15 +68,15 @@ def make_agent(cfg: OnlineConfig, env: gym.Env[Any, Any], run: Path) -> tuple[gy
         rc = lc.residual
         agent = ResidualAgent(build_base(rc.base, env, cfg.policy, device), weights_dir=run / "weights",
                               deterministic=not rc.explore)
-        return TaskReward(env, rc.reward), agent, agent.base_view
+        return TaskReward.of(env, rc), agent, agent.base_view
     if lc.algorithm == "rlpd":
         dim = int(np.prod(env.action_space.shape or (1,)))
-        return TaskReward(env, lc.rlpd.reward), SACAgent(None, run / "weights", not lc.rlpd.explore,
+        return TaskReward.of(env, lc.rlpd), SACAgent(None, run / "weights", not lc.rlpd.explore,
                                                          action_dim=dim, seed=cfg.actor.seed), None
     if lc.algorithm == "dsrl":
         from robot_rl.learners.dsrl_online import make_dsrl_agent
 
-        return TaskReward(env, lc.dsrl.reward), make_dsrl_agent(cfg, run), None
+        return TaskReward.of(env, lc.dsrl), make_dsrl_agent(cfg, run), None
     policy, _ = _latest_policy(run / "weights")
     return env, PolicyRunner(policy, weights_dir=run / "weights", device=device), None
 

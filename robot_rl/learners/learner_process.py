@@ -182,7 +182,7 @@ def make_algorithm(cfg: OnlineConfig, checkpoint: Path) -> OnlineAlgorithm:
         demos = None
         if lc.demos and not (checkpoint / "sac").is_dir():
             success = observed_success(cfg.actor.env_id) if lc.rlpd.reward == "success" else None
-            demos = demo_transitions(lc.demos, lc.rlpd.reward, success)
+            demos = demo_transitions(lc.demos, lc.rlpd.reward, success, end_on_success=lc.rlpd.end_on_success)
         return RLPDAlgorithm(lc.rlpd, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
                              device=lc.device, demos=demos)
     if lc.algorithm == "dsrl":

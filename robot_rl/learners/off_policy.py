@@ -46,6 +46,10 @@ class OffPolicyConfig:
     reward: str = "success"
     """Reward the actors store: ``success`` (1 on steps where the env reports ``is_success``, else 0) or
     ``env`` (the env's shaped reward; a named, explicit choice, since shaped terms can be gamed)."""
+    end_on_success: bool = False
+    """With ``reward: success``: the first successful step ends the episode (terminal, reward 1), as
+    HIL-SERL's reward classifier does; the values then stay in [0, 1] and episodes get shorter. Leave it off
+    for tasks whose success must be held (hovering)."""
     intervention_penalty: float = 0.0
     """Subtracted from the reward of the policy step after which a human took over (RLIF-style signal)."""
     credit: str = "none"
@@ -62,8 +66,8 @@ class OffPolicyConfig:
             raise ValueError(f"reward: must be one of {REWARDS}, got {self.reward!r}")
         if self.credit not in CREDITS:
             raise ValueError(f"credit: must be one of {CREDITS}, got {self.credit!r}")
-        if self.credit == "habc" and self.reward != "success":
-            raise ValueError("credit: habc credits an episode's success, so it needs reward: success")
+        if (self.credit == "habc" or self.end_on_success) and self.reward != "success":
+            raise ValueError("credit: habc and end_on_success act on the task's success: they need reward: success")
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
         if not math.isfinite(self.intervention_penalty) or self.intervention_penalty < 0:
@@ -73,17 +77,26 @@ class OffPolicyConfig:
 class TaskReward(gym.Wrapper):
     """The reward the actors record: sparse success (default) or the env's own shaped reward."""
 
-    def __init__(self, env: gym.Env[Any, Any], mode: str) -> None:
+    def __init__(self, env: gym.Env[Any, Any], mode: str, end_on_success: bool = False) -> None:
         super().__init__(env)
         if mode not in REWARDS:
             raise ValueError(f"reward: must be one of {REWARDS}, got {mode!r}")
-        self.mode = mode
+        if end_on_success and mode != "success":
+            raise ValueError("end_on_success needs reward: success")
+        self.mode, self.end_on_success = mode, end_on_success
+
+    @classmethod
+    def of(cls, env: gym.Env[Any, Any], cfg: OffPolicyConfig) -> TaskReward:
+        """``env`` rewarded as the algorithm section ``cfg`` says."""
+        return cls(env, cfg.reward, cfg.end_on_success)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """The env's step with the reward replaced by ``float(info["is_success"])`` in ``success`` mode."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.mode == "success":
             reward = float(bool(info.get("is_success", False)))
+            if self.end_on_success and reward > 0:
+                terminated, truncated = True, False
         return obs, float(reward), bool(terminated), bool(truncated), info
 
 

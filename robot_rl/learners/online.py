@@ -135,7 +135,7 @@ def run_online(cfg: OnlineConfig, run: str | Path, progress: bool = True, timeou
 
 
 def plot_learning_curve(result: OnlineResult, path: str | Path, before: float | None = None,
-                        after: float | None = None, window: int = 10) -> Path:
+                        after: float | None = None, window: int = 10, title: str = "HG-DAgger") -> Path:
     """Success and interventions per episode over the run (moving averages); evaluations as markers."""
     import matplotlib
 
@@ -167,7 +167,7 @@ def plot_learning_curve(result: OnlineResult, path: str | Path, before: float | 
     ax2.plot(x, smooth(share), label="share of steps by the human")
     ax2.set_xlabel("episode (all actors, in finishing order)")
     ax2.legend(loc="upper right", fontsize=8)
-    fig.suptitle("online fine-tuning with a simulated human (HG-DAgger)")
+    fig.suptitle(f"online fine-tuning with a simulated human ({title})")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -40,11 +40,12 @@ class RLPDConfig(OffPolicyConfig):
 
 def demo_transitions(store_path: str | Path, reward: str,
                      success_of: Callable[[Mapping[str, np.ndarray]], bool] | None,
-                     episode_offset: int = 10**12) -> list[Transition]:
+                     episode_offset: int = 10**12, end_on_success: bool = False) -> list[Transition]:
     """Every step of the store's episodes, rewarded as the actors reward theirs, marked as demonstrations.
 
     ``reward: success`` needs ``success_of`` (an observation -> success function): a step's reward is 1
-    when its next observation shows the task done. Episode ids are shifted by ``episode_offset`` so they
+    when its next observation shows the task done (``end_on_success``: that step ends the demonstration,
+    terminal, as it ends the actors' episodes). Episode ids are shifted by ``episode_offset`` so they
     never collide with the actors' ids.
     """
     if reward == "success" and success_of is None:
@@ -54,8 +55,12 @@ def demo_transitions(store_path: str | Path, reward: str,
         for index in range(store.num_episodes):
             for t in store.transitions(index):
                 r = float(success_of(t.next_observation)) if reward == "success" and success_of else t.reward
+                done = end_on_success and r > 0
                 out.append(t.replace(reward=r, episode_id=episode_offset + t.episode_id, is_intervention=True,
-                                     segment_source=SegmentSource.HUMAN))
+                                     segment_source=SegmentSource.HUMAN, terminated=t.terminated or done,
+                                     truncated=t.truncated and not done))
+                if done:
+                    break
     return out
 
 
