@@ -7,6 +7,8 @@ actions. Running it on a robot or in an env needs more, the same everywhere:
 * a :class:`~robot_rl.policies.chunking.ChunkExecutor` that turns chunks into one action per step and
   joins consecutive chunks smoothly;
 * the device it computes on (``device="auto"``: CUDA when present), observations and actions staying numpy;
+* optionally, the starting noise of each chunk from a ``noise_source`` (DSRL steers a frozen policy this
+  way, robot_rl.learners.dsrl_online); None from it, or no source, means the policy's own Gaussian draw;
 * new weights from a learner's ``weights/v<N>/`` folder (:class:`~robot_rl.learners.transport.WeightsWatcher`),
   checked when found and applied only between chunks, so a chunk never mixes two versions; a refused
   folder leaves the running weights acting and is not retried.
@@ -42,7 +44,8 @@ class PolicyRunner:
 
     def __init__(self, policy: Policy, weights_dir: str | Path | None = None, num_steps: int | None = None,
                  threaded: bool = False, on_swap: Callable[[int], None] | None = None,
-                 on_error: Callable[[str], None] | None = None, device: str | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None, device: str | None = None,
+                 noise_source: Callable[[Mapping[str, np.ndarray]], Any] | None = None) -> None:
         if device is not None:  # "auto" | "cpu" | "cuda[:i]"; None leaves the policy where it is
             policy.to(resolve_device(device))
         self.policy = policy
@@ -52,6 +55,8 @@ class PolicyRunner:
         self.history: deque[dict[str, np.ndarray]] = deque(maxlen=policy.config.n_obs_steps)
         self.watcher = None if not weights_dir else WeightsWatcher(weights_dir, current=policy.version)
         self.on_swap, self.on_error = on_swap, on_error
+        self.noise_source = noise_source
+        """(observation history {key: (To, ...)}) -> the chunk's starting noise (H, A), or None for a random draw."""
         self.refused: dict[int, str] = {}
         """Versions whose checkpoint was refused, with the reason."""
         self.chunks = 0
@@ -102,7 +107,8 @@ class PolicyRunner:
 
     def _predict(self, stacked: Mapping[str, np.ndarray]) -> np.ndarray:
         t0 = time.perf_counter()
-        chunk = self.policy.predict_chunk(stacked, num_steps=self.num_steps, generator=self.generator)
+        noise = None if self.noise_source is None else self.noise_source(stacked)
+        chunk = self.policy.predict_chunk(stacked, num_steps=self.num_steps, generator=self.generator, noise=noise)
         self.inference_s += time.perf_counter() - t0
         self.chunks += 1
         return chunk
