@@ -17,8 +17,14 @@ controller's watchdog. Weights appearing in ``weights_dir`` as ``v<N>/`` are che
 between chunks; a bad checkpoint is refused and the running weights stay. Also published:
 ``policy/version`` (Int64, latched) and ``policy/action`` (Float64MultiArray, the raw action).
 
-Actor role (``learner_run`` set, a learner node's run folder): every tick also goes to the learner as
-a labelled transition (:class:`~robot_rl.ros.streaming_actor.StreamingActor`).
+Actor role (``learner_run`` set, a learner node's run folder): once the run's config is there (its
+learner writes it on start), every tick also goes to the learner as a labelled transition
+(:class:`~robot_rl.ros.streaming_actor.StreamingActor`). In a ``learner.algorithm: residual`` run the
+checkpoint is the frozen base and the node executes it plus the newest published residual
+(:class:`~robot_rl.learners.graph_actor.StreamedResidual`, swapped between steps): ``policy/action`` is
+the executed action, ``policy/base_action`` the base's, ``policy/version`` the residual's version, and
+the executed action takes the same path to the controller (adapter, safety) as any other. The residual
+is a small MLP: it runs on the timer thread, after the base's action for the tick is known.
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ from pathlib import Path
 
 import numpy as np
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from std_msgs.msg import Float64MultiArray, Int64
 
 from robot_rl.control.base import TargetRejected
 from robot_rl.core.device import check_device_name
 from robot_rl.core.spaces import SpecError
+from robot_rl.learners.graph_actor import StreamedResidual, check_streamable, read_run_config
 from robot_rl.policies.base import Policy
 from robot_rl.robots import robot_module
 from robot_rl.ros.command_publisher import CommandPublisher
@@ -121,7 +129,13 @@ class PolicyNode(Node):
         self.pub_version = self.create_publisher(Int64, "policy/version", LATCHED)
         self.pub_version.publish(Int64(data=int(self.runner.version)))
         self.last: Command | None = None
-        self.actor = StreamingActor(self, Path(cfg.learner_run)) if cfg.learner_run else None
+        self.actor: StreamingActor | None = None
+        self.residual: StreamedResidual | None = None
+        self.pub_base: Publisher | None = None
+        self._join = self.create_timer(cfg.poll_s, self._join_run) if cfg.learner_run else None
+        self._join_run()
+        if self._join is not None:
+            self.get_logger().info(f"{cfg.learner_run}: no run config yet; streaming starts when its learner writes it")
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
         if self.runner.watcher is not None:
             self.create_timer(cfg.poll_s, self._poll_weights)
@@ -133,9 +147,44 @@ class PolicyNode(Node):
         cfg = self.config
         return cfg.weights_dir or (str(Path(cfg.learner_run) / "weights") if cfg.learner_run else None)
 
+    @property
+    def version(self) -> int:
+        """What acts now: the residual's version in a residual run, else the policy's."""
+        return self.residual.version if self.residual is not None else int(self.runner.version)
+
+    def _join_run(self) -> None:
+        """Become the actor of ``learner_run`` once its config is readable (as its algorithm says)."""
+        if self._join is None:
+            return
+        run = Path(self.config.learner_run)
+        online = read_run_config(run)
+        if online is None:
+            return  # the learner has not written it yet: drive the policy alone, stream nothing
+        self.destroy_timer(self._join)
+        self._join = None
+        try:
+            warnings = check_streamable(online, self.adapter.mode.value, self.sources.keys, self.config.policy_path)
+        except ValueError as exc:
+            self.get_logger().error(f"not streaming to {run}: {exc}")
+            return
+        for warning in warnings:
+            self.get_logger().warn(warning)
+        if online.learner.algorithm == "residual":
+            self.runner.watcher = None  # the base stays frozen; only the residual changes
+            self.residual = StreamedResidual(online.learner.residual, run / "weights",
+                                             on_swap=self._on_residual_swap, on_error=self._on_error)
+            self.pub_base = self.create_publisher(Float64MultiArray, "policy/base_action", 10)
+            self.pub_version.publish(Int64(data=0))
+        self.actor = StreamingActor(self, run)
+        self.get_logger().info(f"streaming to the {online.learner.algorithm} learner of {run}")
+
     def _on_swap(self, version: int) -> None:
         self.pub_version.publish(Int64(data=version))
         self.get_logger().info(f"swapped in weights v{version}")
+
+    def _on_residual_swap(self, version: int) -> None:
+        self.pub_version.publish(Int64(data=version))
+        self.get_logger().info(f"swapped in residual v{version}")
 
     def _poll_weights(self) -> None:
         self.runner.poll_weights()
@@ -148,8 +197,11 @@ class PolicyNode(Node):
         if obs is None:
             return  # not every input has arrived yet: publish nothing, the controller holds
         action = self.runner.step(obs)
+        base = None
+        if self.residual is not None and action is not None:
+            base, action = action, self.residual.act(obs, action)
         if self.actor is not None:
-            self.actor.tick(obs, action)
+            self.actor.tick(obs, action, self.version, base)
         if action is None:  # inference is late: hold the last target so the stream never stops
             if self.last is not None:
                 self.out.publish(self.last, target_only=True)
@@ -161,6 +213,8 @@ class PolicyNode(Node):
             return
         self.out.publish(self.last)
         self.pub_action.publish(Float64MultiArray(data=np.asarray(action, np.float64).tolist()))
+        if base is not None and self.pub_base is not None:
+            self.pub_base.publish(Float64MultiArray(data=np.asarray(base, np.float64).tolist()))
 
     def close(self) -> None:
         """Stop the inference thread; deliver what the actor still holds."""

@@ -2,8 +2,10 @@
 
 While the latched ``intervention`` is true a step is the human's, relabelled from the robot's measured
 motion (and ``teleop/gripper``) into the policy's action space by the node's action adapter;
-``episode_event`` (success / failure / rerecord) ends episodes. Steps go out every ``send_every`` ticks;
-if the learner is away they queue (bounded) and go out when it is back.
+``episode_event`` (success / failure / rerecord) ends episodes; the success event is the sparse reward
+(1 on the step it closes, 0 elsewhere). In a residual run every step also carries the frozen base's
+action. Steps go out every ``send_every`` ticks; if the learner is away they queue (bounded) and go out
+when it is back.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class StreamingActor:
         self.batches = BatchingSender(self.sender, node.config.send_every)
         self.human, self.human_gripper = False, 1.0
         self.last_action: np.ndarray | None = None
+        self.last_base: np.ndarray | None = None
         node.create_subscription(Bool, "intervention", lambda m: setattr(self, "human", bool(m.data)), LATCHED)
         node.create_subscription(Float64, "teleop/gripper", self._on_gripper, 10)
         node.create_subscription(String, "episode_event", self._on_event, EVENTS)
@@ -43,14 +46,16 @@ class StreamingActor:
     def _stamp(self) -> float:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
-    def tick(self, obs: dict[str, np.ndarray], action: np.ndarray | None) -> None:
-        """One control period: the proposal in force (the last one when inference is late)."""
+    def tick(self, obs: dict[str, np.ndarray], action: np.ndarray | None, version: int,
+             base: np.ndarray | None = None) -> None:
+        """One control period: the proposal in force (the last one when inference is late) and its base."""
         if action is not None:
             self.last_action = np.asarray(action, np.float32)
+            self.last_base = None if base is None else np.asarray(base, np.float32)
         if self.last_action is None:
             return
-        t = self.stream.tick(obs, self.last_action, self.human, self.node.runner.version, self.human_gripper,
-                             self._stamp())
+        t = self.stream.tick(obs, self.last_action, self.human, version, self.human_gripper, self._stamp(),
+                             base_action=self.last_base)
         if t is not None:
             self.batches.add(t)
 

@@ -6,7 +6,8 @@ whether the human holds the intervention switch. :class:`StepStream` pairs conse
 ``(obs, action, next_obs)`` with who acted, segment ids that change when control changes hands,
 episode ids from episode events, and the weights version. While the human acts, the executed action
 is not a command the node sent: it is relabelled from the tool's measured motion in the policy's own
-action space (``relabel``), so HG-DAgger learns what the human actually did. Pure Python: no rclpy.
+action space (``relabel``), so HG-DAgger learns what the human actually did. A tick may also carry the
+action of a frozen base policy (residual RL), stored as ``base_action``. Pure Python: no rclpy.
 """
 
 from __future__ import annotations
@@ -28,17 +29,22 @@ class StepStream:
     def __init__(self, relabel: Relabel, episode_id: int = 0) -> None:
         self.relabel = relabel
         self.episode_id = episode_id
-        self._prev: tuple[dict[str, np.ndarray], np.ndarray, bool, int, int, float] | None = None
+        self._prev: tuple[dict[str, np.ndarray], np.ndarray, bool, int, int, float, np.ndarray | None] | None = None
         self._step = 0
         self.labels = SegmentLabeller()
 
     def tick(self, obs: Mapping[str, np.ndarray], proposal: np.ndarray, human: bool, version: int,
-             human_gripper: float = 1.0, stamp: float = 0.0) -> Transition | None:
-        """The step that ended at this tick (None on the first tick of an episode)."""
+             human_gripper: float = 1.0, stamp: float = 0.0,
+             base_action: np.ndarray | None = None) -> Transition | None:
+        """The step that ended at this tick (None on the first tick of an episode).
+
+        ``base_action``: what a frozen base proposed at this tick (residual RL), kept with the step it opens.
+        """
         obs = {k: np.asarray(v) for k, v in obs.items()}
         out = self._close(obs, 0.0, terminated=False, truncated=False, human_gripper=human_gripper, stamp=stamp)
         segment = self.labels.label(SegmentSource.HUMAN if human else SegmentSource.POLICY)
-        self._prev = (obs, np.asarray(proposal, np.float32), human, segment, int(version), stamp)
+        base = None if base_action is None else np.asarray(base_action, np.float32).copy()
+        self._prev = (obs, np.asarray(proposal, np.float32), human, segment, int(version), stamp, base)
         return out
 
     def end_episode(self, obs: Mapping[str, np.ndarray], success: bool, human_gripper: float = 1.0,
@@ -63,7 +69,7 @@ class StepStream:
                human_gripper: float, stamp: float) -> Transition | None:
         if self._prev is None:
             return None
-        obs, proposal, human, segment, version, prev_stamp = self._prev
+        obs, proposal, human, segment, version, prev_stamp, base = self._prev
         if set(obs) != set(nxt):
             return None  # an input appeared or vanished between ticks: no consistent step to report
         action = (np.asarray(self.relabel(obs, nxt, human_gripper), np.float32) if human
@@ -71,6 +77,7 @@ class StepStream:
         t = Transition(observation=obs, next_observation=nxt, action=action, reward=reward, terminated=terminated,
                        truncated=truncated, episode_id=self.episode_id, step=self._step,
                        policy_action=proposal if np.all(np.isfinite(proposal)) else None,
+                       base_action=base if base is not None and np.all(np.isfinite(base)) else None,
                        is_intervention=human, segment_source=SegmentSource.HUMAN if human else SegmentSource.POLICY,
                        segment_id=segment, policy_version=version, obs_stamp=prev_stamp,
                        next_obs_stamp=max(stamp, prev_stamp))

@@ -1,0 +1,118 @@
+"""Residual RL on the ROS 2 graph: policy node (frozen base + residual) -> learner node -> residuals -> policy node.
+
+Brought up from sim_arm_policy.launch.yaml with ``learn:=true`` and a ``learner.algorithm: residual``
+config: the policy node streams every step with its base policy's action, the learner warms up on the
+base alone, then trains SAC and publishes residuals, which the policy node swaps in between steps; its
+executed action then differs from the base by at most the residual's bound. A success event closes the
+episode with the sparse reward. Everything published stays finite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from helpers.ros_spin import spin_until  # noqa: E402
+from std_msgs.msg import Float64, Float64MultiArray, Int64, String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+from test_ros_policy_node import _policy  # noqa: E402
+
+from robot_rl.learners.buffers import ReplayBuffer  # noqa: E402
+from robot_rl.ros.launch_processes import launch  # noqa: E402
+from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.qos import LATCHED  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+WARMUP, SCALE = 20, 0.1
+CONFIG = {"learner": {
+    "algorithm": "residual", "update_to_data": 1.0, "updates_per_cycle": 5, "publish_every": 5,
+    "checkpoint_every_s": 2.0, "device": "cpu",
+    "residual": {"base": "policy", "scale": SCALE, "warmup_steps": WARMUP, "explore": True,
+                 "sac": {"hidden": 32, "num_critics": 2, "num_target_critics": 2, "batch_size": 16, "utd_ratio": 1,
+                         "device": "cpu"}}}}
+
+
+def _finite(values: list[float]) -> bool:
+    return all(math.isfinite(v) for v in values)
+
+
+def test_policy_node_runs_a_residual_on_its_base_and_swaps_in_the_learners_versions(tmp_path: Path) -> None:
+    ckpt = _policy().save(tmp_path / "policy")
+    config = tmp_path / "online.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    run = tmp_path / "run"
+    fifo = tmp_path / "tty"  # a keyboard nobody types on: the episode ends through ~/success
+    os.mkfifo(fifo)
+    description = load_launch_file("sim_arm_policy.launch.yaml", {
+        "policy_path": str(ckpt), "teleop_device": "keyboard", "teleop_device_path": str(fifo),
+        "record": "false", "learn": "true", "learner_run": str(run), "learner_config": str(config)})
+    status: list[dict] = []
+    learner_versions: list[int] = []
+    policy_versions: list[int] = []
+    published: dict[str, list[list[float]]] = {"action": [], "base": [], "pose": [], "gripper": []}
+    with launch(description, tmp_path / "logs") as graph:
+        rclpy.init()
+        node = rclpy.create_node("residual_probe")
+        try:
+            node.create_subscription(String, "/learner/status", lambda m: status.append(json.loads(m.data)), 10)
+            node.create_subscription(Int64, "/learner/version", lambda m: learner_versions.append(m.data), LATCHED)
+            node.create_subscription(Int64, "/policy/version", lambda m: policy_versions.append(m.data), LATCHED)
+            node.create_subscription(Float64MultiArray, "/policy/action",
+                                     lambda m: published["action"].append(list(m.data)), 50)
+            node.create_subscription(Float64MultiArray, "/policy/base_action",
+                                     lambda m: published["base"].append(list(m.data)), 50)
+            node.create_subscription(PoseStamped, "/target_pose", lambda m: published["pose"].append(
+                [m.pose.position.x, m.pose.position.y, m.pose.position.z, m.pose.orientation.x,
+                 m.pose.orientation.y, m.pose.orientation.z, m.pose.orientation.w]), 50)
+            node.create_subscription(Float64, "/target_gripper", lambda m: published["gripper"].append([m.data]), 50)
+            success = node.create_client(Trigger, "/teleop/success")
+
+            def spin(seconds, until=None):  # type: ignore[no-untyped-def]
+                return spin_until(node, seconds, until)
+
+            assert spin(90, until=lambda: status and status[-1]["steps"] >= WARMUP), graph.log("learner")
+            assert spin(60, until=lambda: learner_versions and learner_versions[-1] >= 2), graph.log("learner")
+            new = learner_versions[-1]
+            assert spin(30, until=lambda: policy_versions and policy_versions[-1] >= new), graph.log("policy")
+            assert "swapped in residual" in graph.log("policy")
+            executed = len(published["base"])
+            assert spin(10, until=lambda: len(published["base"]) > executed + 10)  # steps under residual v>=2
+            assert success.wait_for_service(timeout_sec=20)
+            future = success.call_async(Trigger.Request())
+            assert spin(20, until=future.done) and future.result() is not None
+            at_success = status[-1]["steps"]  # up to 1 s old: wait well past one batch of episode 1
+            assert spin(20, until=lambda: status[-1]["steps"] > at_success + 25)
+            assert status[-1]["running"], graph.log("learner")
+        finally:
+            node.destroy_node()
+            rclpy.shutdown()
+
+    assert policy_versions == sorted(policy_versions) and policy_versions[0] == 0  # the base alone first
+    assert published["base"] and all(_finite(v) for values in published.values() for v in values)
+    log = [json.loads(line) for line in (run / "learner_log.jsonl").read_text().splitlines()]
+    assert not [line for line in log if "error" in line]
+    assert log[0]["steps"] >= WARMUP and log[0]["version"] == 1  # nothing published during the warm-up
+    assert (run / "weights" / f"v{log[-1]['version']}" / "actor.json").is_file()
+
+    steps = ReplayBuffer.load(run / "checkpoint" / "steps").transitions()
+    assert steps and all(t.base_action is not None and t.base_action.shape == t.action.shape for t in steps)
+    base = [np.clip(np.asarray(t.base_action), -1.0, 1.0) for t in steps]
+    warmup = [i for i, t in enumerate(steps) if t.policy_version == 0]
+    residual = [i for i, t in enumerate(steps) if t.policy_version >= 1]
+    assert warmup and residual
+    assert all(np.array_equal(steps[i].action, base[i]) for i in warmup)  # the base exactly, bit for bit
+    gaps = np.array([np.max(np.abs(steps[i].action - base[i])) for i in residual])
+    assert np.all(gaps <= SCALE + 1e-5) and np.any(gaps > 1e-4)  # a bounded, nonzero correction acts
+    ends = [t for t in steps if t.terminated]
+    assert len(ends) == 1 and ends[0].reward == 1.0 and ends[0].episode_id == 0  # the success event's reward
+    assert all(t.reward == 0.0 for t in steps if not t.terminated)
+    assert any(t.episode_id == 1 for t in steps)
