@@ -426,7 +426,7 @@ def make_dsrl_algorithm(cfg: OnlineConfig, checkpoint: Path) -> DSRLAlgorithm:
         from robot_rl.learners.rlpd import demo_transitions
         from robot_rl.learners.task_success import observed_success
 
-        demos = demo_transitions(lc.demos, dc.reward, observed_success(cfg.actor.env_id) if dc.reward == "success"
-                                 else None)
+        success = observed_success(cfg.actor.env_id) if dc.reward == "success" else None
+        demos = demo_transitions(lc.demos, dc.reward, success, end_on_success=dc.end_on_success)
     return DSRLAlgorithm(dc, _base(cfg), checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
                          device=lc.device, demos=demos)
