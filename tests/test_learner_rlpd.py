@@ -5,6 +5,7 @@ actor still, and the process runner drives rlpd end to end."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def demos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[list[Tra
 
 
 def test_observed_success_agrees_with_the_simulator_on_recorded_episodes(demos: tuple) -> None:
-    path, episodes, successes = demos
+    _, episodes, successes = demos
     for transitions, truth in zip(episodes, successes):
         seen = [pick_lift_success(t.next_observation) for t in transitions]
         assert seen == truth and any(truth) and not truth[0]
@@ -115,7 +116,7 @@ def _episode(sources: list[SegmentSource], success_at: int | None) -> list[Trans
     out = []
     for i, src in enumerate(sources):
         human = src is SegmentSource.HUMAN
-        seg = sum(1 for a, b in zip(sources[:i], sources[1:i + 1]) if a is not b)
+        seg = sum(1 for a, b in itertools.pairwise(sources[:i + 1]) if a is not b)
         out.append(Transition(observation=obs, next_observation=obs, action=np.zeros(2, np.float32),
                               reward=float(success_at is not None and i >= success_at), terminated=False,
                               truncated=i == len(sources) - 1, episode_id=5, step=i, is_intervention=human,
@@ -186,7 +187,7 @@ def test_rlpd_through_the_process_runner(demos: tuple, tmp_path: Path) -> None:
 
 
 def test_end_on_success_ends_actor_episodes_and_demonstrations_at_the_first_lift(demos: tuple) -> None:
-    path, episodes, successes = demos
+    path, _, successes = demos
     env = TaskReward(gym.make(PICK), "success", end_on_success=True)
     out = run_episode(env, expert_for(env), 0, seed=3, keep=True)
     first = successes[0].index(True)
