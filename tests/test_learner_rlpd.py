@@ -93,7 +93,8 @@ def test_rlpd_starts_with_the_demonstrations_in_its_demo_buffer_rewarded_by_succ
     algo.publish(folder, 1)
     out = run_episode(env, agent, 1, seed=12, keep=True, max_steps=5)
     assert agent.version == 1 and not ActorWeights.load(folder).is_residual
-    policy_actions = [algo.sac.act(t.observation, deterministic=True) for t in out.transitions]  # type: ignore[union-attr]
+    assert algo.sac is not None
+    policy_actions = [algo.sac.act(dict(t.observation), deterministic=True) for t in out.transitions]
     assert all(np.all(np.isfinite(a)) and np.abs(a).max() <= 1 for a in policy_actions)
 
 
