@@ -229,6 +229,8 @@ def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="noise_scale"):
         load_config(DSRLRunConfig, {"latent": {"noise_scale": 0.0}})
     assert load_config(DSRLRunConfig, {}).latent == DSRLConfig()
+    shipped = load_config(OnlineConfig, str(Path(__file__).parents[1] / "config/learners/online_pick_lift_dsrl.yaml"))
+    assert shipped.learner.algorithm == "dsrl" and shipped.learner.dsrl.end_on_success
 
 
 # ------------------------------------------------------------------------------------------ process runner
