@@ -6,7 +6,10 @@
 
 ``run`` writes the config into the run folder and starts the others as child processes. The learner
 checkpoints into the run folder, so ``robot-rl online learner --run ...`` after a crash resumes with its
-buffers; actors keep running while it is away and reconnect.
+buffers; actors keep running while it is away and reconnect. ``learner.algorithm`` picks what is learnt:
+``hg_dagger`` (config/learners/online_pick_lift.yaml), ``residual`` (online_pick_lift_residual.yaml,
+online_quad_residual.yaml), ``rlpd`` (online_pick_lift_rlpd.yaml, no policy: --demos) or ``dsrl``
+(online_pick_lift_dsrl.yaml).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from robot_rl.learners.online_config import OnlineConfig
 
-HELP = ("online fine-tuning: learner + actors with a simulated human (HG-DAgger or residual RL), "
+HELP = ("online fine-tuning: learner + actors with a simulated human (HG-DAgger, residual RL, RLPD or DSRL), "
         "as separate processes")
 
 
@@ -27,9 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from robot_rl.learners.roles import add_role_parsers
 
     sub = parser.add_subparsers(dest="role", metavar="ROLE", required=True)
-    run = sub.add_parser("run", help="start a learner and the actors, wait, print the learning curve")
+    run = sub.add_parser("run", help="start a learner and the actors, wait, print the learning curve",
+                         description="learner.algorithm in the config picks hg_dagger, residual, rlpd or dsrl; "
+                                     "shipped configs: config/learners/online_*.yaml")
     run.add_argument("--config", default=None,
-                     help="online config YAML (default: the installed config/learners/online_pick_lift.yaml)")
+                     help="online config YAML (default: the installed config/learners/online_pick_lift.yaml, "
+                          "HG-DAgger; online_pick_lift_residual.yaml, _rlpd.yaml, _dsrl.yaml beside it)")
+    run.add_argument("--seconds", type=float, default=None,
+                     help="wall-clock budget: the actors stop after their current episode when it is spent")
     run.add_argument("--run", required=True, help="run folder (weights, checkpoints, logs)")
     run.add_argument("--policy", help="checkpoint folder of the policy to fine-tune (overrides the config)")
     run.add_argument("--demos", help="episode store of demonstrations to mix in (overrides the config)")
@@ -52,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
             if args.demos:
                 cfg.learner.demos = args.demos
             base_is_expert = cfg.learner.algorithm == "residual" and cfg.learner.residual.base == "expert"
-            if not cfg.policy and not base_is_expert:
+            if not cfg.policy and not base_is_expert and cfg.learner.algorithm != "rlpd":
                 raise ConfigError("policy: no policy to fine-tune (give --policy)")
-            return _run_all(cfg, Path(args.run))
+            return _run_all(cfg, Path(args.run), args.seconds)
         if args.role == "learner":
             run_learner(args.run, args.max_seconds)
         else:
@@ -65,14 +73,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_all(cfg: OnlineConfig, folder: Path) -> int:
+def _run_all(cfg: OnlineConfig, folder: Path, seconds: float | None = None) -> int:
     from robot_rl.learners.online import plot_learning_curve, run_online
 
-    result = run_online(cfg, folder)
+    timeout = 3600.0 if seconds is None else seconds + 900.0
+    result = run_online(cfg, folder, budget_s=seconds, timeout=timeout)
     print(f"{'episodes':>10} {'success':>8} {'human steps':>12} {'takeovers/ep':>13} {'weights':>8}")
     for b in result.blocks(5):
         print(f"{b['first']:>4}-{b['last']:<5} {b['success']:>8.0%} {b['intervention_rate']:>12.0%} "
               f"{b['takeovers']:>13.2f} {'v' + str(b['version']):>8}")
-    png = plot_learning_curve(result, folder / "learning_curve.png")
+    png = plot_learning_curve(result, folder / "learning_curve.png", title=cfg.learner.algorithm)
     print(f"{len(result.episodes)} episodes in {result.seconds:.0f} s; learning curve: {png}")
     return 0
