@@ -1,6 +1,8 @@
 """HumanoidWalk: track a commanded planar velocity (vx, vy, yaw rate) with the G1.
 
-The command is sampled at reset (``reset(options={"command": (vx, vy, wz)})`` fixes it) and observed.
+The command is sampled at reset and observed. ``reset(options={"command": (vx, vy, wz)})`` fixes it for
+one episode; ``gym.make(..., command=(vx, vy, wz))`` for every episode without an option (what an online
+run's ``actor.env_options`` can set, since the actors reset without options).
 Reward terms follow the usual velocity-tracking recipe (legged_gym / MuJoCo Playground): Gaussian
 kernels of the velocity errors plus posture regularisers and an action-rate penalty. Success: after
 2 s, the smoothed body-frame velocity (1 s time constant) is within 0.15 m/s of the command.
@@ -14,10 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from robot_rl.control.rotations import mat_yaw
 from robot_rl.core import FieldSpec, SpecError
 from robot_rl.robots import g1
+from robot_rl.sim.base_env import ConfigSource
 from robot_rl.sim.envs.humanoid_base import HumanoidEnv
 
 COMMAND_LOW = np.array([-0.3, -0.3, -0.6])
@@ -33,6 +37,19 @@ class HumanoidWalkEnv(HumanoidEnv):
 
     DEFAULTS = {**HumanoidEnv.DEFAULTS, "max_episode_steps": 500}  # noqa: RUF012
 
+    def __init__(self, config: ConfigSource = None, render_mode: str | None = None,
+                 command: npt.ArrayLike | None = None, **overrides: Any) -> None:
+        self.fixed_command = None if command is None else self._checked_command(command, "command")
+        super().__init__(config, render_mode, **overrides)
+
+    @staticmethod
+    def _checked_command(command: npt.ArrayLike, name: str) -> np.ndarray:
+        """A finite (vx, vy, yaw rate) clipped into the command ranges; SpecError otherwise."""
+        c = np.asarray(command, dtype=np.float64)
+        if c.shape != (3,) or not np.all(np.isfinite(c)):
+            raise SpecError(f"{name}: expected 3 finite values (vx, vy, yaw rate), got {c}")
+        return np.clip(c, COMMAND_LOW, COMMAND_HIGH)
+
     def _task_fields(self) -> dict[str, FieldSpec]:
         return {"command": FieldSpec((3,), low=tuple(COMMAND_LOW), high=tuple(COMMAND_HIGH),
                                      description="vx, vy [m/s] in the pelvis heading frame, yaw rate [rad/s]")}
@@ -42,10 +59,9 @@ class HumanoidWalkEnv(HumanoidEnv):
 
     def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         if "command" in options:
-            command = np.asarray(options["command"], dtype=np.float64)
-            if command.shape != (3,) or not np.all(np.isfinite(command)):
-                raise SpecError(f"options.command: expected 3 finite values (vx, vy, yaw rate), got {command}")
-            self.command = np.clip(command, COMMAND_LOW, COMMAND_HIGH)
+            self.command = self._checked_command(options["command"], "options.command")
+        elif self.fixed_command is not None:
+            self.command = self.fixed_command.copy()
         else:
             self.command = rng.uniform(COMMAND_LOW, COMMAND_HIGH)
         self.smoothed_vel = np.zeros(2)
