@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from robot_rl.core.config import config_to_dict
@@ -48,7 +47,7 @@ from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.dsrl import META_FILE, DSRLConfig, DSRLLearner, policy_fingerprint
 from robot_rl.learners.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from robot_rl.learners.sac_rlpd import GaussianActor
-from robot_rl.learners.transport import WeightsWatcher
+from robot_rl.learners.transport import WeightsFollower
 from robot_rl.policies.base import Policy
 from robot_rl.policies.chunking import ExecutorConfig
 from robot_rl.runtime.policy_runner import PolicyRunner
@@ -162,11 +161,9 @@ class DSRLAgent:
         self.action_steps, self.num_steps = policy.config.executor.n_action_steps, num_steps
         self.runner = PolicyRunner(policy, num_steps=num_steps, device=device, noise_source=self._noise)
         self.deterministic = deterministic
-        self.watcher = None if weights_dir is None else WeightsWatcher(weights_dir, marker=MARKER)
+        self.follower = None if weights_dir is None else WeightsFollower(weights_dir, MARKER, self._load)
         self.generator = torch.Generator().manual_seed(seed)
         self.noise_actor: NoiseActorWeights | None = None
-        self.refused: dict[int, str] = {}
-        """Published versions that could not be loaded or do not fit this base, with the reason."""
         self.last_noise: np.ndarray | None = None
         """Starting noise of the newest chunk (None: the base drew its own)."""
         if noise_actor is not None:
@@ -189,18 +186,21 @@ class DSRLAgent:
         if seed is not None:
             self.generator.manual_seed(int(seed))
 
+    @property
+    def refused(self) -> dict[int, str]:
+        """Published versions that could not be loaded or do not fit this base, with the reason."""
+        return {} if self.follower is None else self.follower.refused
+
+    def _load(self, folder: Path) -> NoiseActorWeights:
+        weights = NoiseActorWeights.load(folder)
+        weights.check_base(self.policy, self.fingerprint, self.action_steps, self.num_steps)
+        return weights
+
     def poll_weights(self) -> None:
         """Swap in the newest published noise actor, if any (a broken or mismatched one is refused)."""
-        found = None if self.watcher is None else self.watcher.poll()
-        if found is None:
-            return
-        version, folder = found
-        try:
-            weights = NoiseActorWeights.load(folder)
-            weights.check_base(self.policy, self.fingerprint, self.action_steps, self.num_steps)
+        weights = None if self.follower is None else self.follower.poll()
+        if weights is not None:
             self.noise_actor = weights
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as exc:
-            self.refused[version] = str(exc)
 
     def _noise(self, history: Mapping[str, np.ndarray]) -> np.ndarray | None:
         """The runner's noise source, asked once per chunk: new versions swap in here, between chunks."""

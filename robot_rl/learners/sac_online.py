@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from robot_rl.core.config import config_to_dict
@@ -32,7 +31,7 @@ from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import mixed_sample
 from robot_rl.learners.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from robot_rl.learners.sac_rlpd import GaussianActor, SACConfig, SACLearner, state_array
-from robot_rl.learners.transport import WeightsWatcher
+from robot_rl.learners.transport import WeightsFollower
 from robot_rl.runtime.episode import act as agent_action
 from robot_rl.runtime.episode import reset_agent
 
@@ -110,10 +109,8 @@ class SACAgent:
             raise ValueError("SACAgent: without a base, give action_dim (random actions before the first version)")
         self.base, self.deterministic, self.actor = base, deterministic, actor
         self.action_dim = action_dim
-        self.watcher = None if weights_dir is None else WeightsWatcher(weights_dir, marker=MARKER)
+        self.follower = None if weights_dir is None else WeightsFollower(weights_dir, MARKER, self._load)
         self.last_base: np.ndarray | None = None
-        self.refused: dict[int, str] = {}
-        """Published versions that could not be loaded, with the reason."""
         self.base_view = BaseActionView(self)
         """Pass as ``run_episode(..., base_agent=agent.base_view)`` when there is a base."""
         self.generator = torch.Generator().manual_seed(seed)
@@ -130,20 +127,23 @@ class SACAgent:
         if seed is not None:
             self.generator.manual_seed(int(seed))
 
+    @property
+    def refused(self) -> dict[int, str]:
+        """Published versions that could not be loaded, with the reason."""
+        return {} if self.follower is None else self.follower.refused
+
+    def _load(self, folder: Path) -> ActorWeights:
+        weights = ActorWeights.load(folder)
+        if weights.is_residual != (self.base is not None):
+            raise SpecError(f"{folder}: a {'residual' if weights.is_residual else 'plain'} actor for an agent "
+                            f"{'with' if self.base is not None else 'without'} a base")
+        return weights
+
     def poll_weights(self) -> None:
         """Swap in the newest published actor, if any (a broken or mismatched one is refused)."""
-        found = None if self.watcher is None else self.watcher.poll()
-        if found is None:
-            return
-        version, folder = found
-        try:
-            weights = ActorWeights.load(folder)
-            if weights.is_residual != (self.base is not None):
-                raise SpecError(f"{folder}: a {'residual' if weights.is_residual else 'plain'} actor for an agent "
-                                f"{'with' if self.base is not None else 'without'} a base")
+        weights = None if self.follower is None else self.follower.poll()
+        if weights is not None:
             self.actor = weights
-        except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:  # pruned, half-copied, mismatched
-            self.refused[version] = str(exc)
 
     @torch.no_grad()
     def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -53,7 +53,8 @@ def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
     return 1.0 if low and misaligned else 0.0
 
 
-TASK_RISKS: dict[str, StateRisk] = {"robot_rl/ArmPickLift-v0": pick_lift_grasp_risk}
+TASK_RISKS: dict[str, StateRisk] = {"robot_rl/ArmPickLift-v0": pick_lift_grasp_risk,
+                                    "robot_rl/ArmPickLift-RealStandIn-v0": pick_lift_grasp_risk}
 """Environment id -> its state risk (used by the actors' ``human_risk: grasp`` setting)."""
 
 

@@ -31,11 +31,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Client, Connection, Listener, wait
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
+
+from safetensors import SafetensorError
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import decode_transitions, encode_transitions
+
+T = TypeVar("T")
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Largest accepted transition batch (a corrupt length header must not allocate gigabytes)."""
@@ -346,3 +350,32 @@ class WeightsWatcher:
             self.current = versions[-1][0]
             return versions[-1]
         return None
+
+
+class WeightsFollower(Generic[T]):
+    """Actor side: the newest published version, loaded by ``load``; one that fails to load is refused.
+
+    A refused version (pruned while being read, half-copied, corrupt, made for another base) is kept in
+    :attr:`refused` with the reason, and the caller keeps what it runs now.
+    """
+
+    LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError)
+    """What a broken folder raises while loading (SpecError and CheckpointError are ValueErrors)."""
+
+    def __init__(self, folder: str | Path, marker: str, load: Callable[[Path], T]) -> None:
+        self.watcher = WeightsWatcher(folder, marker=marker)
+        self.load = load
+        self.refused: dict[int, str] = {}
+        """Versions that could not be loaded, with the reason."""
+
+    def poll(self) -> T | None:
+        """The newly published version, loaded; None when there is none or it was refused."""
+        found = self.watcher.poll()
+        if found is None:
+            return None
+        version, folder = found
+        try:
+            return self.load(folder)
+        except self.LOAD_ERRORS as exc:
+            self.refused[version] = str(exc)
+            return None
