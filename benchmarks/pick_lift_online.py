@@ -26,6 +26,8 @@ import torch
 
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
+from robot_rl.learners.dsrl_online import MARKER as DSRL_MARKER
+from robot_rl.learners.dsrl_online import DSRLAgent, NoiseActorWeights
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.residual import build_base
@@ -48,10 +50,10 @@ def agent_for(cfg: OnlineConfig, folder: Path, env: gym.Env[Any, Any]) -> Any:
         weights = ActorWeights.load(folder)
         base = build_base(cfg.learner.residual.base, env, cfg.policy) if weights.is_residual else None
         return SACAgent(base, deterministic=True, actor=weights, action_dim=weights.action_dim)
-    if cfg.learner.algorithm == "dsrl":
-        from robot_rl.learners import dsrl_online
-
-        return dsrl_online.evaluation_agent(cfg, folder)  # type: ignore[attr-defined]
+    if (folder / DSRL_MARKER).is_file():
+        latent = cfg.learner.dsrl.latent
+        return DSRLAgent(Policy.load(cfg.policy), deterministic=True, action_steps=latent.action_steps,
+                         num_steps=latent.num_steps, noise_actor=NoiseActorWeights.load(folder))
     return Policy.load(folder)
 
 
@@ -79,8 +81,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     result = run_online(cfg, out / "run", progress=True, budget_s=args.budget_s, timeout=args.budget_s + 900)
     t_start = result.episodes[0]["t"] - result.episodes[0]["seconds"] if result.episodes else time.time()
-    marker = SAC_MARKER if cfg.learner.algorithm in ("residual", "rlpd") else None
-    versions = list_versions(out / "run" / "weights", marker) if marker else list_versions(out / "run" / "weights")
+    markers = {"residual": SAC_MARKER, "rlpd": SAC_MARKER, "dsrl": DSRL_MARKER}
+    versions = list_versions(out / "run" / "weights", markers.get(cfg.learner.algorithm, "policy.json"))
     log = {int(line["version"]): line for line in result.learner if "error" not in line}
     picks = [versions[int(i)] for i in np.unique(np.linspace(0, len(versions) - 1, args.curve_points).round())]
     curve = [{"version": 0, "env_steps": 0, "wall_s": 0.0,
