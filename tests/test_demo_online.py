@@ -30,7 +30,7 @@ def test_reduced_demo_improves_success_and_interventions_fade(tmp_path: Path,
                  "--eval-episodes", "20", "--online-episodes", "100", "--rl-seconds", "100"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "before ->" in printed and "takeovers/episode" in printed
+    assert "behaviour cloning ->" in printed and "takeovers/episode" in printed
 
     before = json.loads((tmp_path / "eval_before" / "eval.json").read_text())
     after = json.loads((tmp_path / "eval_after" / "eval.json").read_text())
