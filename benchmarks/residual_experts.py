@@ -1,12 +1,12 @@
 """Residual RL on the envs' scripted experts: the base alone vs base + residual, one table, a learning curve.
 
     .venv/bin/python benchmarks/residual_experts.py --task hover|track|walk [--run DIR] [--set key=value]
-        [--budget SECONDS] [--seeds N] [--eval-only]
+        [--budget SECONDS] [--seeds N] [--eval-only [--version V]] [--plot-only]
 
 Runs the task's online config through the process runner (one learner, one actor; the env's scripted
 expert is the frozen base, ``robot_rl.learners.residual``), then evaluates on unseen seeds (1000, 1001, ...)
 the nominal expert (the ``-v0`` twin of a stand-in env), the expert alone in the run's env, and the expert
-plus the newest published residual (its mean action, no exploration). Metrics, per episode:
+plus the newest published residual (or ``--version``; its mean action, no exploration). Metrics, per episode:
 
 * ``hover`` (config/learners/online_quad_residual.yaml): mean |z - goal_z| over the last 100 of 250 steps
   (2 s), averaged over the episodes that did not crash;
@@ -171,8 +171,9 @@ def learning_curve(task: Task, cfg: OnlineConfig, run: Path, points: int, seeds:
     return rows
 
 
-def plot(task: Task, run: Path, rows: list[dict[str, Any]], base: Score, nominal: Score | None) -> Path:
-    """``<run>/curve.png``: metric vs env steps and wall time; the actor's episode lengths."""
+def plot(task: Task, run: Path, rows: list[dict[str, Any]], base: dict[str, Any],
+         nominal: dict[str, Any] | None) -> Path:
+    """``<run>/curve.png``: metric and failures vs env steps; the actor's episode lengths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,16 +182,23 @@ def plot(task: Task, run: Path, rows: list[dict[str, Any]], base: Score, nominal
     episodes, _ = collect(run)
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 4))
     f = task.factor
-    for ax, key, xlabel in ((ax1, "steps", "env steps received by the learner"), (ax2, "seconds", "wall time [s]")):
-        pts = [(r[key], r["mean"] * f) for r in rows if r[key] is not None and r["mean"] is not None]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), "o-", label="expert + residual (mean action)")
-        if base.values:
-            ax.axhline(np.mean(base.values) * f, color="tab:red", ls="--", label="expert alone")
-        if nominal is not None and nominal.values:
-            ax.axhline(np.mean(nominal.values) * f, color="tab:green", ls=":", label="expert, nominal env")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"{task.label} [{task.unit}]")
+    pts = [(r["steps"], r["mean"] * f) for r in rows if r["steps"] is not None and r["mean"] is not None]
+    if pts:
+        ax1.plot(*zip(*pts, strict=True), "o-", label="expert + residual (mean action)")
+    for score, style, name in ((base, "--", "expert alone"), (nominal, ":", "expert, nominal env")):
+        if score is not None and score["mean"] is not None:
+            ax1.axhline(score["mean"] * f, color="tab:red" if style == "--" else "tab:green", ls=style,
+                        label=f"{name} ({score['episodes']} seeds)")
+    ax1.set_ylabel(f"{task.label} [{task.unit}] (episodes that did not fail)")
+    steps = [r["steps"] for r in rows]
+    ax2.plot(steps, [r["failed"] / r["episodes"] for r in rows], "o-", color="tab:red", label="failed (crash, fall)")
+    if task.tolerance is not None:
+        ax2.plot(steps, [r["tracked"] / r["episodes"] for r in rows], "o-", color="tab:green",
+                 label=f"within {task.tolerance} {task.unit}, no fall")
+    ax2.set_ylabel(f"share of {rows[0]['episodes'] if rows else 0} evaluation episodes")
+    ax2.set_ylim(-0.02, 1.02)
+    for ax in (ax1, ax2):
+        ax.set_xlabel("env steps received by the learner (wall seconds: curve.json)")
         ax.legend(fontsize=8)
     ax3.plot([e["steps"] for e in episodes], ".", ms=3)
     ax3.set_xlabel("training episode (finishing order)")
@@ -211,13 +219,20 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override key=value")
     parser.add_argument("--budget", type=float, default=None, help="wall-clock budget of the run [s]")
     parser.add_argument("--seeds", type=int, default=None, help="evaluation episodes (default per task)")
-    parser.add_argument("--curve-points", type=int, default=8)
+    parser.add_argument("--curve-points", type=int, default=8, help="0: no learning curve")
     parser.add_argument("--curve-seeds", type=int, default=5)
     parser.add_argument("--eval-only", action="store_true", help="evaluate an existing run folder")
+    parser.add_argument("--version", type=int, default=None,
+                        help="evaluate this kept version instead of the newest (e.g. one picked on other seeds)")
+    parser.add_argument("--plot-only", action="store_true", help="redraw curve.png from an existing curve.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     task = TASKS[args.task]
     run = Path(args.run or f"outputs/residual_{args.task}")
+    if args.plot_only:
+        saved = json.loads((run / "curve.json").read_text(encoding="utf-8"))
+        print(plot(task, run, saved["curve"], saved["base"], saved["nominal"]))
+        return
     cfg = load_config(OnlineConfig, ROOT / task.config, ["learner.keep_versions=100000", *args.overrides])
     seeds = range(FIRST_SEED, FIRST_SEED + (args.seeds or task.seeds))
     last_train_seed = cfg.actor.seed + 100_000 * (cfg.actors - 1) + cfg.actor.episodes - 1
@@ -238,12 +253,16 @@ def main() -> None:
     nominal = None if twin is None else evaluate(task, twin, options, None, seeds)
     base = evaluate(task, env_id, options, None, seeds)
     version, folder = list_versions(run / "weights", MARKER)[-1]
+    if args.version is not None:
+        version, folder = args.version, dict(list_versions(run / "weights", MARKER))[args.version]
     residual = evaluate(task, env_id, options, ResidualActorWeights.load(folder), seeds)
     print(f"evaluation on seeds {seeds.start}..{seeds.stop - 1} ({time.perf_counter() - t0:.0f} s):")
     if nominal is not None:
         print(nominal.row(f"expert, {str(twin).split('/')[-1]}", task))
     print(base.row(f"expert, {env_id.split('/')[-1]}", task))
     print(residual.row(f"expert + residual v{version}", task), flush=True)
+    if args.curve_points < 1:
+        return
     rows = learning_curve(task, cfg, run, args.curve_points, range(FIRST_SEED, FIRST_SEED + args.curve_seeds))
     summary = {"task": args.task, "config": task.config, "overrides": args.overrides, "env_id": env_id,
                "seeds": [seeds.start, seeds.stop], "episodes": len(episodes), "env_steps": last["steps"],
@@ -251,7 +270,7 @@ def main() -> None:
                nominal.to_dict(), "base": base.to_dict(), "residual": {"version": version, **residual.to_dict()},
                "curve": rows}
     (run / "curve.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    print(f"learning curve: {run / 'curve.json'}, {plot(task, run, rows, base, nominal)}")
+    print(f"learning curve: {run / 'curve.json'}, {plot(task, run, rows, summary['base'], summary['nominal'])}")
 
 
 if __name__ == "__main__":
