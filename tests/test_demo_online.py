@@ -1,11 +1,11 @@
 """Acceptance of the main job: a reduced ``robot-rl demo`` really improves the policy and needs the human less.
 
 Demonstrations -> behaviour cloning -> evaluation -> online fine-tuning (learner and actor processes,
-simulated human) -> evaluation on the same unseen seeds -> residual RL on the fine-tuned policy ->
-evaluation again. Stated margins: the success rate without a human rises by at least 15 points, and the
-share of steps the human controls falls from the first quarter of the online episodes to the last. The
-residual stage runs for 100 s here (its warm-up plus a few hundred updates): it must publish residuals
-the actor swaps in, and the evaluation must run the frozen policy plus the residual on the same seeds.
+simulated human) -> evaluation on the same unseen seeds -> DSRL on the fine-tuned policy -> evaluation again. Stated
+margins: the success rate without a human rises by at least 15 points, and the share of steps the human
+controls falls from the first quarter of the online episodes to the last. The DSRL stage runs for 100 s
+here (its warm-up plus some updates): it must publish noise actors the actor swaps in, and the last
+evaluation must run the frozen policy steered by the newest one on the same seeds.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def test_reduced_demo_improves_success_and_interventions_fade(tmp_path: Path,
     assert final["steps"] == sum(e["steps"] for e in episodes)  # every step reached the learner
     assert final["human_steps"] == sum(e["intervention_steps"] for e in episodes)
 
-    residual = read_jsonl(tmp_path / "residual" / "actor_0.jsonl")
-    assert residual and residual[-1]["version_end"] >= 1  # residual versions reached the actor
-    assert all(e["version_start"] == 0 for e in residual[:5])  # warm-up: the frozen policy alone
-    third = json.loads((tmp_path / "eval_residual" / "eval.json").read_text())
-    assert third["seeds"] == after["seeds"] and "residual v" in printed and "+ residual RL" in printed
+    rl = read_jsonl(tmp_path / "rl" / "actor_0.jsonl")
+    assert rl and rl[-1]["version_end"] >= 1  # noise actors reached the actor
+    assert rl[0]["version_start"] == 0  # warm-up: the frozen policy alone
+    third = json.loads((tmp_path / "eval_rl" / "eval.json").read_text())
+    assert third["seeds"] == after["seeds"]
+    assert "dsrl: " in printed and "+ dsrl" in printed

@@ -5,11 +5,12 @@ episode store (validated, plotted, exported to LeRobot v3) -> a flow-matching po
 (behaviour cloning) -> its success rate on unseen seeds -> online fine-tuning: a learner process trains
 HG-DAgger on the corrections of a simulated human who takes over when a grasp is about to fail, while an
 actor process keeps running episodes and swaps in each new version between action chunks -> the success
-rate on the same seeds again -> with ``--rl-seconds``, residual RL: the fine-tuned policy stays frozen and
-SAC learns a small per-step correction from the sparse success reward for that long -> the success rate
-once more. Prints a table (success at each stage, interventions over time, wall time) and writes
-``learning_curve.png`` and ``learning_curve_residual.png``. Every stage prints what it did and how long it
-took.
+rate on the same seeds again -> reinforcement learning on top, for ``--rl-seconds`` of wall time: by
+default DSRL (the fine-tuned policy stays frozen and a SAC actor learns, from the sparse success reward,
+which starting noise to sample each chunk from), or a residual correction (``--rl-method residual``) ->
+the success rate once more. Prints a table (success at each stage, interventions over time, wall time)
+and writes ``learning_curve.png`` and ``learning_curve_rl.png``. Every stage prints what it did and how
+long it took.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-episodes", type=int, default=30, help="evaluation episodes before and after")
     parser.add_argument("--online-episodes", type=int, default=200, help="episodes of online fine-tuning")
     parser.add_argument("--actors", type=int, default=1, help="actor processes during online fine-tuning")
-    parser.add_argument("--rl-seconds", type=float, default=0.0,
-                        help="wall-clock budget of residual RL on the fine-tuned policy (default 0: skipped; it "
-                             "has not yet beaten the fine-tuned policy measurably, see the README)")
+    parser.add_argument("--rl-seconds", type=float, default=300.0,
+                        help="wall-clock budget of reinforcement learning on the fine-tuned policy (0: skip it)")
+    parser.add_argument("--rl-method", choices=sorted(RL_CONFIGS), default="dsrl",
+                        help="dsrl (steer the frozen policy's sampling noise; the best measured) or residual")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of the online config (config/learners/online_pick_lift.yaml)")
     parser.add_argument("--pixels", action="store_true",
@@ -55,6 +57,8 @@ PIXEL_CAMERA, PIXEL_SIZE = "front", (64, 64)
 """Camera and image size of the ``--pixels`` variant (small: rendering on CPU is slow)."""
 EVAL_SEED = 100_000
 """Evaluation seeds start here: never used by the demonstrations (seed 0...) or the actors (5000...)."""
+RL_CONFIGS = {"dsrl": "online_pick_lift_dsrl.yaml", "residual": "online_pick_lift_residual.yaml"}
+"""Online configs of the ``--rl-method`` choices (installed under config/learners)."""
 PLOTTED_EPISODES = 2
 """Episodes of the demonstrations plotted (state/action curves and contact sheets)."""
 
@@ -70,7 +74,8 @@ class DemoSettings:
     eval_episodes: int = 30
     online_episodes: int = 200
     actors: int = 1
-    rl_seconds: float = 0.0
+    rl_seconds: float = 300.0
+    rl_method: str = "dsrl"
     overrides: list[str] = field(default_factory=list)
     pixels: bool = False
 
@@ -89,7 +94,7 @@ class DemoResults:
     before: EvalReport | None = None
     online: OnlineResult | None = None
     after: EvalReport | None = None
-    residual: OnlineResult | None = None
+    rl: OnlineResult | None = None
     final: EvalReport | None = None
 
 
@@ -196,15 +201,17 @@ class Demo:
         print(run.summary())
         return f"flow policy, {s.bc_steps} steps on {s.episodes} demonstrations -> {out / 'policy'}"
 
-    def evaluate(self, policy_dir: Path, name: str, residual: Path | None = None) -> EvalReport:
-        """The policy in ``policy_dir`` (plus a published ``residual``, at its mean) on the evaluation seeds.
+    def evaluate(self, policy_dir: Path, name: str, rl: Path | None = None) -> EvalReport:
+        """The policy in ``policy_dir``, steered or corrected by the published RL actor ``rl`` (at its mean).
 
-        The report is saved under ``eval_<name>``.
+        Run on the evaluation seeds; the report is saved under ``eval_<name>``.
         """
         import gymnasium as gym
         import torch
 
         import robot_rl.sim  # noqa: F401
+        from robot_rl.learners.dsrl_online import MARKER as NOISE_MARKER
+        from robot_rl.learners.dsrl_online import DSRLAgent, NoiseActorWeights
         from robot_rl.learners.residual import ResidualActorWeights, ResidualAgent
         from robot_rl.policies.base import Policy
         from robot_rl.runtime.policy_runner import PolicyRunner
@@ -212,10 +219,14 @@ class Demo:
 
         torch.set_num_threads(1)
         policy = Policy.load(str(policy_dir))
-        agent: Policy | ResidualAgent = policy
+        agent: Policy | ResidualAgent | DSRLAgent = policy
         title = f"{name}: {policy.name} policy v{policy.version}"
-        if residual is not None:
-            weights = ResidualActorWeights.load(residual)
+        if rl is not None and (rl / NOISE_MARKER).is_file():
+            noise = NoiseActorWeights.load(rl)
+            agent = DSRLAgent(policy, deterministic=True, noise_actor=noise)
+            title += f" steered by DSRL v{noise.version}"
+        elif rl is not None:
+            weights = ResidualActorWeights.load(rl)
             agent = ResidualAgent(PolicyRunner(policy), residual=weights, deterministic=True)
             title += f" + residual v{weights.version}"
         env = gym.make(ENV_ID, **self.env_options())
@@ -267,8 +278,8 @@ class Demo:
             raise RuntimeError("online fine-tuning published no weights")
         return versions[-1][1]
 
-    def residual_rl(self) -> str:
-        """Residual RL (SAC, sparse success) on the frozen HG-DAgger policy, for ``rl_seconds`` of wall time."""
+    def reinforcement(self) -> str:
+        """DSRL or residual RL (SAC, sparse success) on the frozen HG-DAgger policy, for ``rl_seconds``."""
         import shutil
 
         from robot_rl.core.config import load_config
@@ -279,29 +290,32 @@ class Demo:
         s = self.settings
         if s.rl_seconds <= 0:
             return "skipped (--rl-seconds 0)"
-        config = package_share_dir() / "config" / "learners" / "online_pick_lift_residual.yaml"
+        config = package_share_dir() / "config" / "learners" / RL_CONFIGS[s.rl_method]
         cfg = load_config(OnlineConfig, config, [f"actors={s.actors}", "actor.episodes=100000"])
         cfg.policy = str(self.fine_tuned())
+        cfg.learner.demos = str(self.demos)
         cfg.actor.env_options = self.env_options()
-        run = self.out / "residual"
+        run = self.out / "rl"
         if run.exists():
             shutil.rmtree(run)
-        self.results.residual = result = run_online(cfg, run, budget_s=s.rl_seconds, timeout=s.rl_seconds + 900)
+        self.results.rl = result = run_online(cfg, run, budget_s=s.rl_seconds, timeout=s.rl_seconds + 900)
         last = result.learner[-1] if result.learner else {}
-        return (f"{len(result.episodes)} episodes, {last.get('updates', 0)} SAC updates, "
-                f"{last.get('human_steps', 0)} human steps, residual v{last.get('version', 0)}")
+        return (f"{s.rl_method}: {len(result.episodes)} episodes, {last.get('updates', 0)} SAC updates, "
+                f"{last.get('human_steps', 0)} human steps, v{last.get('version', 0)}")
 
-    def eval_residual(self) -> str:
-        """The fine-tuned policy plus the newest residual, on the same seeds."""
+    def eval_rl(self) -> str:
+        """The fine-tuned policy steered (dsrl) or corrected (residual) by the newest RL actor, same seeds."""
+        from robot_rl.learners.dsrl_online import MARKER as NOISE_MARKER
         from robot_rl.learners.sac_online import MARKER
         from robot_rl.learners.transport import list_versions
 
         if self.settings.rl_seconds <= 0:
             return "skipped (--rl-seconds 0)"
-        versions = list_versions(self.out / "residual" / "weights", MARKER)
+        marker = NOISE_MARKER if self.settings.rl_method == "dsrl" else MARKER
+        versions = list_versions(self.out / "rl" / "weights", marker)
         if not versions:
-            raise RuntimeError("residual RL published no residual (was the budget shorter than its warm-up?)")
-        self.results.final = report = self.evaluate(self.fine_tuned(), "residual", residual=versions[-1][1])
+            raise RuntimeError("RL published no actor (was the budget shorter than its warm-up?)")
+        self.results.final = report = self.evaluate(self.fine_tuned(), "rl", rl=versions[-1][1])
         return _eval_line(report)
 
     def load_skipped(self, skipped: list[str]) -> None:
@@ -331,17 +345,17 @@ class Demo:
                                       None if before is None else before.success_rate,
                                       None if after is None else after.success_rate)
             print(f"  learning curve: {png}")
-        residual, final = self.results.residual, self.results.final
-        if residual is not None:
-            png = plot_learning_curve(residual, self.out / "learning_curve_residual.png",
+        rl, final = self.results.rl, self.results.final
+        if rl is not None:
+            png = plot_learning_curve(rl, self.out / "learning_curve_rl.png",
                                       None if after is None else after.success_rate,
-                                      None if final is None else final.success_rate, title="residual RL (SAC)")
-            print(f"  learning curve of residual RL: {png}")
+                                      None if final is None else final.success_rate, title=self.settings.rl_method)
+            print(f"  learning curve of {self.settings.rl_method}: {png}")
         if before is not None and after is not None:
             line = (f"\nsuccess without a human on {len(after.successes)} unseen seeds: "
                     f"{before.success_rate:.0%} behaviour cloning -> {after.success_rate:.0%} HG-DAgger")
             if final is not None:
-                line += f" -> {final.success_rate:.0%} + residual RL"
+                line += f" -> {final.success_rate:.0%} + {self.settings.rl_method}"
             print(line)
 
 
@@ -371,8 +385,8 @@ STAGES: list[tuple[str, Callable[[Demo], str]]] = [
     ("evaluation", Demo.eval_before),
     ("online learning", Demo.online),
     ("evaluation 2", Demo.eval_after),
-    ("residual RL", Demo.residual_rl),
-    ("evaluation 3", Demo.eval_residual),
+    ("reinforcement", Demo.reinforcement),
+    ("evaluation 3", Demo.eval_rl),
 ]
 
 
