@@ -175,12 +175,12 @@ def test_critic_warmup_keeps_the_actor_still_and_residual_critics_see_the_base(t
 def test_rlpd_through_the_process_runner(demos: tuple, tmp_path: Path) -> None:
     path, _, _ = demos
     cfg = load_config(OnlineConfig, None, [
-        f"actor.env_id={PICK}", "actor.episodes=3", "actor.human.max_takeovers=0", "learner.algorithm=rlpd",
+        f"actor.env_id={PICK}", "actor.episodes=30", "actor.human.max_takeovers=0", "learner.algorithm=rlpd",
         f"learner.demos={path}", "learner.rlpd.warmup_steps=0", "learner.rlpd.sac.hidden=32",
         "learner.rlpd.sac.num_critics=2", "learner.rlpd.sac.batch_size=32", "learner.rlpd.sac.utd_ratio=1",
         "learner.publish_every=20", "learner.device=cpu"])
     result = run_online(cfg, tmp_path / "run", progress=False, timeout=300)
-    assert len(result.episodes) == 3 and result.learner and result.learner[-1]["steps"] == 240
+    assert len(result.episodes) == 30 and result.learner and result.learner[-1]["steps"] == 30 * 80
     versions = list_versions(tmp_path / "run" / "weights", MARKER)
     assert versions and max(e["version_end"] for e in result.episodes) >= 1
     meta = json.loads((versions[-1][1] / MARKER).read_text())
