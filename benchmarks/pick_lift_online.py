@@ -38,7 +38,6 @@ from robot_rl.policies.base import Policy
 from robot_rl.training.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV_ID = "robot_rl/ArmPickLift-v0"
 EVAL_SEED = 100_000
 CONFIGS = {"hg_dagger": "online_pick_lift.yaml", "residual": "online_pick_lift_residual.yaml",
            "rlpd": "online_pick_lift_rlpd.yaml", "dsrl": "online_pick_lift_dsrl.yaml"}
@@ -58,11 +57,12 @@ def agent_for(cfg: OnlineConfig, folder: Path, env: gym.Env[Any, Any]) -> Any:
 
 
 def success_rate(cfg: OnlineConfig, folder: Path | None, episodes: int) -> float:
-    """Success of version ``folder`` (None: the starting policy) on ``episodes`` unseen seeds, no human."""
-    env = gym.make(ENV_ID)
+    """Success of version ``folder`` (None: the starting policy) on unseen seeds of the run's env, no human."""
+    env_id = cfg.actor.env_id
+    env = gym.make(env_id)
     try:
         agent = Policy.load(cfg.policy) if folder is None else agent_for(cfg, folder, env)
-        return evaluate(agent, env, ENV_ID, episodes, EVAL_SEED).success_rate
+        return evaluate(agent, env, env_id, episodes, EVAL_SEED).success_rate
     finally:
         env.close()
 
