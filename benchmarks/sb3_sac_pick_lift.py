@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/... env ids)
 from robot_rl.core.transition import Transition
-from robot_rl.data.store import EpisodeStore
+from robot_rl.learners.off_policy import TaskReward, demo_transitions
 from robot_rl.learners.task_success import observed_success
 from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts import expert_for
@@ -57,15 +57,6 @@ EVAL_SEED = 100_000
 """First evaluation seed (robot-rl demo's)."""
 TRAIN_SEED = 50_000
 """First reset seed of the training env (+ --seed), away from the demos' (0...) and the evaluation's."""
-
-
-class SparseSuccess(gym.Wrapper[Any, Any, Any, Any]):
-    """Reward 1.0 on steps where ``info["is_success"]``, else 0: what a real robot's success detector gives."""
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """The env's step with the sparse success reward."""
-        obs, _, terminated, truncated, info = self.env.step(action)
-        return obs, float(bool(info.get("is_success", False))), bool(terminated), bool(truncated), info
 
 
 def state_keys(space: gym.spaces.Space[Any]) -> list[str]:
@@ -97,7 +88,7 @@ class FlattenState(gym.ObservationWrapper[np.ndarray, Any, Any]):
 
 def make_env(env_id: str) -> gym.Env[Any, Any]:
     """The env with the sparse success reward, Dict observations kept (experts and evaluation read them)."""
-    return SparseSuccess(gym.make(env_id))
+    return TaskReward(gym.make(env_id), "success")
 
 
 def record_demos(env_id: str, episodes: int, seed: int = 0) -> tuple[list[list[Transition]], list[bool]]:
@@ -117,16 +108,13 @@ def store_demos(path: str | Path, env_id: str) -> tuple[list[list[Transition]], 
     """Every episode of an episode store, its reward replaced by the success seen in the next observation.
 
     Stores keep the env's shaped reward and one success flag per episode, so the per-step sparse reward
-    is read from the observation (robot_rl.learners.task_success), as RLPD's demo buffer does.
+    is read from the observation, as RLPD's demo buffer does (robot_rl.learners.off_policy.demo_transitions).
     """
-    success_of = observed_success(env_id)
-    demos, successes = [], []
-    with EpisodeStore.open(path) as store:
-        for index in range(store.num_episodes):
-            steps = [t.replace(reward=float(success_of(t.next_observation))) for t in store.transitions(index)]
-            demos.append(steps)
-            successes.append(any(t.reward > 0 for t in steps))
-    return demos, successes
+    episodes: dict[int, list[Transition]] = {}
+    for t in demo_transitions(path, "success", observed_success(env_id)):
+        episodes.setdefault(t.episode_id, []).append(t)
+    demos = list(episodes.values())
+    return demos, [any(t.reward > 0 for t in steps) for steps in demos]
 
 
 def load_demos(buffer: ReplayBuffer, demos: Iterable[Sequence[Transition]], keys: Sequence[str]) -> int:

@@ -19,11 +19,11 @@ from robot_rl.core.config import load_config
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.data.env_info import dataset_info
 from robot_rl.data.store import EpisodeStore
-from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward
+from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward, demo_transitions
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.residual import ResidualAlgorithm, ResidualConfig
-from robot_rl.learners.rlpd import RLPDAlgorithm, RLPDConfig, demo_transitions
+from robot_rl.learners.rlpd import RLPDAlgorithm, RLPDConfig
 from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent
 from robot_rl.learners.sac_rlpd import SACConfig
 from robot_rl.learners.task_success import observed_success, pick_lift_success
@@ -74,8 +74,8 @@ def test_rlpd_starts_with_the_demonstrations_in_its_demo_buffer_rewarded_by_succ
     assert [t.reward for t in loaded] == [float(s) for steps in successes for s in steps]
     assert all(t.is_intervention and t.segment_source is SegmentSource.HUMAN for t in loaded)
     assert min(t.episode_id for t in loaded) >= 10**12  # never an actor's episode id
-    algo = RLPDAlgorithm(RLPDConfig(warmup_steps=0, sac=SMALL), tmp_path, 10_000, 1.0, 10, device="cpu",
-                         demos=loaded)
+    algo = RLPDAlgorithm(RLPDConfig(warmup_steps=0, sac=SMALL), tmp_path, 10_000, 1.0, 10, device="cpu")
+    algo.add_demonstrations(loaded)
     assert algo.interventions.total_added == len(loaded) and algo.steps.total_added == 0
     assert algo.train_allowed() == 0  # nothing received yet: the update-to-data budget is 0
     env = TaskReward(gym.make(PICK), "success")

@@ -252,8 +252,7 @@ class DSRLAlgorithm(OffPolicyAlgorithm):
     marker = MARKER
 
     def __init__(self, cfg: DSRLRunConfig, policy: Policy, checkpoint: str | Path, capacity: int,
-                 update_to_data: float, updates_per_cycle: int, device: str = "auto",
-                 demos: list[Transition] | None = None) -> None:
+                 update_to_data: float, updates_per_cycle: int, device: str = "auto") -> None:
         super().__init__(cfg, checkpoint, capacity, update_to_data, updates_per_cycle, device)
         self.cfg, self.rng = cfg, np.random.default_rng(cfg.seed)
         folder = self.ckpt / "dsrl"
@@ -268,11 +267,6 @@ class DSRLAlgorithm(OffPolicyAlgorithm):
         self.keys = [*policy.state_keys, *policy.image_keys]
         self._index: dict[str, StepIndex] = {}
         self._has_decision = False
-        self.demos = 0
-        """Demonstration steps loaded into the demo buffer."""
-        if demos and self.resumed_from is None:  # a resumed learner has them in its saved demo buffer
-            self.interventions.extend(demos)
-            self.demos = len(demos)
 
     def is_built(self) -> bool:
         """The networks exist from the start (they are sized by the base policy)."""
@@ -421,12 +415,8 @@ def make_dsrl_algorithm(cfg: OnlineConfig, checkpoint: Path) -> DSRLAlgorithm:
     """The learner's side of a DSRL run (resumed from ``checkpoint`` when it holds one)."""
     lc, dc = cfg.learner, cfg.learner.dsrl
     torch.manual_seed(dc.seed)
-    demos = None
-    if lc.demos and not (Path(checkpoint) / "dsrl").is_dir():
-        from robot_rl.learners.rlpd import demo_transitions
-        from robot_rl.learners.task_success import observed_success
-
-        success = observed_success(cfg.actor.env_id) if dc.reward == "success" else None
-        demos = demo_transitions(lc.demos, dc.reward, success, end_on_success=dc.end_on_success)
-    return DSRLAlgorithm(dc, _base(cfg), checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
-                         device=lc.device, demos=demos)
+    algorithm = DSRLAlgorithm(dc, _base(cfg), checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
+                              device=lc.device)
+    if lc.demos:
+        algorithm.load_demonstrations(lc.demos, cfg.actor.env_id)
+    return algorithm

@@ -45,8 +45,7 @@ from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.hg_dagger import HGDAggerLearner
 from robot_rl.learners.online_config import LearnerConfig, OnlineConfig
 from robot_rl.learners.residual import ResidualAlgorithm
-from robot_rl.learners.rlpd import RLPDAlgorithm, demo_transitions
-from robot_rl.learners.task_success import observed_success
+from robot_rl.learners.rlpd import RLPDAlgorithm
 from robot_rl.learners.transport import (
     SocketTransitionServer,
     WeightsPublisher,
@@ -179,12 +178,11 @@ def make_algorithm(cfg: OnlineConfig, checkpoint: Path) -> OnlineAlgorithm:
                                  device=lc.device)
     if lc.algorithm == "rlpd":
         torch.manual_seed(lc.rlpd.seed)
-        demos = None
-        if lc.demos and not (checkpoint / "sac").is_dir():
-            success = observed_success(cfg.actor.env_id) if lc.rlpd.reward == "success" else None
-            demos = demo_transitions(lc.demos, lc.rlpd.reward, success, end_on_success=lc.rlpd.end_on_success)
-        return RLPDAlgorithm(lc.rlpd, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
-                             device=lc.device, demos=demos)
+        rlpd = RLPDAlgorithm(lc.rlpd, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
+                             device=lc.device)
+        if lc.demos:
+            rlpd.load_demonstrations(lc.demos, cfg.actor.env_id)
+        return rlpd
     if lc.algorithm == "dsrl":
         from robot_rl.learners.dsrl_online import make_dsrl_algorithm
 

@@ -6,7 +6,8 @@ how it builds and updates its networks:
 
 * :class:`OffPolicyConfig`: the fields every such ``learner.<algorithm>`` section has (reward, takeover
   penalty, credit, warm-up, seed);
-* :class:`TaskReward`: the reward the actors store, sparse success by default (as on a real robot);
+* :class:`TaskReward`: the reward the actors store, sparse success by default (as on a real robot), and
+  :func:`demo_transitions`: demonstrations rewarded the same way;
 * :class:`OffPolicyAlgorithm`: the learner side. Every received step goes into the online buffer, the
   human's steps (and the demonstrations) also into the demo buffer that supplies RLPD's other half of
   each batch (Ball et al., "Efficient Online RL with Offline Data", arXiv:2302.02948). The policy step
@@ -20,18 +21,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from robot_rl.core.spaces import SpecError
-from robot_rl.core.transition import Transition
+from robot_rl.core.transition import SegmentSource, Transition
+from robot_rl.data.store import EpisodeStore
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.credit import credited_rewards
+from robot_rl.learners.task_success import observed_success
 
 REWARDS = ("success", "env")
 CREDITS = ("none", "habc")
@@ -100,6 +104,32 @@ class TaskReward(gym.Wrapper):
         return obs, float(reward), bool(terminated), bool(truncated), info
 
 
+def demo_transitions(store_path: str | Path, reward: str,
+                     success_of: Callable[[Mapping[str, np.ndarray]], bool] | None,
+                     episode_offset: int = 10**12, end_on_success: bool = False) -> list[Transition]:
+    """Every step of the store's episodes, rewarded as the actors reward theirs, marked as demonstrations.
+
+    ``reward: success`` needs ``success_of`` (an observation -> success function): a step's reward is 1
+    when its next observation shows the task done (``end_on_success``: that step ends the demonstration,
+    terminal, as it ends the actors' episodes). Episode ids are shifted by ``episode_offset`` so they
+    never collide with the actors' ids.
+    """
+    if reward == "success" and success_of is None:
+        raise ValueError("demonstrations with reward: success need the task's observed success")
+    out: list[Transition] = []
+    with EpisodeStore.open(store_path) as store:
+        for index in range(store.num_episodes):
+            for t in store.transitions(index):
+                r = float(success_of(t.next_observation)) if reward == "success" and success_of else t.reward
+                done = end_on_success and r > 0
+                out.append(t.replace(reward=r, episode_id=episode_offset + t.episode_id, is_intervention=True,
+                                     segment_source=SegmentSource.HUMAN, terminated=t.terminated or done,
+                                     truncated=t.truncated and not done))
+                if done:
+                    break
+    return out
+
+
 class OffPolicyAlgorithm:
     """The learner side shared by the off-policy algorithms (see the module docstring).
 
@@ -122,6 +152,8 @@ class OffPolicyAlgorithm:
         self.failure: str | None = None
         """Why training stopped (non-finite loss, batch or weights); None while healthy."""
         self.resumed_from: dict[str, int] | None = None
+        self.demos = 0
+        """Demonstration steps loaded into the demo buffer."""
         self._held: dict[int, list[Transition]] = {}
 
     def counters(self) -> dict[str, int]:
@@ -135,6 +167,26 @@ class OffPolicyAlgorithm:
         self.resumed_from = self.counters() | {"updates": self.updates}
 
     # ---------------------------------------------------------------- data
+    def load_demonstrations(self, store: str | Path, env_id: str) -> None:
+        """The episode store's steps, rewarded as ``env_id``'s actors reward theirs, into the demo buffer.
+
+        Skipped for a resumed learner: its saved demo buffer holds them already.
+        """
+        if self.resumed_from is not None:
+            return
+        cfg = self.base_cfg
+        success = observed_success(env_id) if cfg.reward == "success" else None
+        self.add_demonstrations(demo_transitions(store, cfg.reward, success, end_on_success=cfg.end_on_success))
+
+    def add_demonstrations(self, demos: Sequence[Transition]) -> None:
+        """Demonstration steps into the demo buffer (the networks are built from the first if need be)."""
+        if not demos:
+            return
+        if not self.is_built():
+            self.build(demos[0])
+        self.interventions.extend(demos)
+        self.demos += len(demos)
+
     def add(self, transitions: Sequence[Transition]) -> None:
         """Route steps into the buffers once their reward is final (see the module docstring).
 
