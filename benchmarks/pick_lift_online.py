@@ -26,13 +26,9 @@ import torch
 
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
-from robot_rl.learners.dsrl_online import MARKER as DSRL_MARKER
-from robot_rl.learners.dsrl_online import DSRLAgent, NoiseActorWeights
+from robot_rl.learners.actor_process import PUBLISHED_MARKERS, evaluation_agent
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.residual import build_base
-from robot_rl.learners.sac_online import MARKER as SAC_MARKER
-from robot_rl.learners.sac_online import ActorWeights, SACAgent
 from robot_rl.learners.transport import list_versions
 from robot_rl.policies.base import Policy
 from robot_rl.training.evaluate import evaluate
@@ -43,25 +39,12 @@ CONFIGS = {"hg_dagger": "online_pick_lift.yaml", "residual": "online_pick_lift_r
            "rlpd": "online_pick_lift_rlpd.yaml", "dsrl": "online_pick_lift_dsrl.yaml"}
 
 
-def agent_for(cfg: OnlineConfig, folder: Path, env: gym.Env[Any, Any]) -> Any:
-    """What acts for a published version without a human: a policy, or a SAC actor (on its base) at its mean."""
-    if (folder / SAC_MARKER).is_file():
-        weights = ActorWeights.load(folder)
-        base = build_base(cfg.learner.residual.base, env, cfg.policy) if weights.is_residual else None
-        return SACAgent(base, deterministic=True, actor=weights, action_dim=weights.action_dim)
-    if (folder / DSRL_MARKER).is_file():
-        latent = cfg.learner.dsrl.latent
-        return DSRLAgent(Policy.load(cfg.policy), deterministic=True, action_steps=latent.action_steps,
-                         num_steps=latent.num_steps, noise_actor=NoiseActorWeights.load(folder))
-    return Policy.load(folder)
-
-
 def success_rate(cfg: OnlineConfig, folder: Path | None, episodes: int) -> float:
     """Success of version ``folder`` (None: the starting policy) on unseen seeds of the run's env, no human."""
     env_id = cfg.actor.env_id
     env = gym.make(env_id)
     try:
-        agent = Policy.load(cfg.policy) if folder is None else agent_for(cfg, folder, env)
+        agent = Policy.load(cfg.policy) if folder is None else evaluation_agent(cfg, folder, env)
         return evaluate(agent, env, env_id, episodes, EVAL_SEED).success_rate
     finally:
         env.close()
@@ -81,8 +64,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     result = run_online(cfg, out / "run", progress=True, budget_s=args.budget_s, timeout=args.budget_s + 900)
     t_start = result.episodes[0]["t"] - result.episodes[0]["seconds"] if result.episodes else time.time()
-    markers = {"residual": SAC_MARKER, "rlpd": SAC_MARKER, "dsrl": DSRL_MARKER}
-    versions = list_versions(out / "run" / "weights", markers.get(cfg.learner.algorithm, "policy.json"))
+    versions = list_versions(out / "run" / "weights", PUBLISHED_MARKERS[cfg.learner.algorithm])
     log = {int(line["version"]): line for line in result.learner if "error" not in line}
     picks = [versions[int(i)] for i in np.unique(np.linspace(0, len(versions) - 1, args.curve_points).round())]
     curve = [{"version": 0, "env_steps": 0, "wall_s": 0.0,

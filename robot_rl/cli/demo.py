@@ -203,36 +203,35 @@ class Demo:
         print(run.summary())
         return f"flow policy, {s.bc_steps} steps on {s.episodes} demonstrations -> {out / 'policy'}"
 
-    def evaluate(self, policy_dir: Path, name: str, rl: Path | None = None) -> EvalReport:
-        """The policy in ``policy_dir``, steered or corrected by the published RL actor ``rl`` (at its mean).
+    def evaluate(self, name: str, policy_dir: Path | None = None, rl_run: Path | None = None) -> EvalReport:
+        """The policy in ``policy_dir``, or the newest version the RL run ``rl_run`` published, on the eval seeds.
 
-        Run on the evaluation seeds; the report is saved under ``eval_<name>``.
+        An RL version acts at its mean on the run's frozen policy; the report is saved under ``eval_<name>``.
         """
         import gymnasium as gym
         import torch
 
         import robot_rl.sim  # noqa: F401
-        from robot_rl.learners.dsrl_online import MARKER as NOISE_MARKER
-        from robot_rl.learners.dsrl_online import DSRLAgent, NoiseActorWeights
-        from robot_rl.learners.residual import ResidualActorWeights, ResidualAgent
+        from robot_rl.learners.actor_process import PUBLISHED_MARKERS, evaluation_agent
+        from robot_rl.learners.roles import load_run_config
+        from robot_rl.learners.transport import list_versions
         from robot_rl.policies.base import Policy
-        from robot_rl.runtime.policy_runner import PolicyRunner
         from robot_rl.training.evaluate import evaluate, save_report
 
         torch.set_num_threads(1)
-        policy = Policy.load(str(policy_dir))
-        agent: Policy | ResidualAgent | DSRLAgent = policy
-        title = f"{name}: {policy.name} policy v{policy.version}"
-        if rl is not None and (rl / NOISE_MARKER).is_file():
-            noise = NoiseActorWeights.load(rl)
-            agent = DSRLAgent(policy, deterministic=True, noise_actor=noise)
-            title += f" steered by DSRL v{noise.version}"
-        elif rl is not None:
-            weights = ResidualActorWeights.load(rl)
-            agent = ResidualAgent(PolicyRunner(policy), residual=weights, deterministic=True)
-            title += f" + residual v{weights.version}"
         env = gym.make(ENV_ID, **self.env_options())
         try:
+            if rl_run is None:
+                agent = policy = Policy.load(str(policy_dir))
+                title = f"{name}: {policy.name} policy v{policy.version}"
+            else:
+                cfg = load_run_config(rl_run)
+                versions = list_versions(rl_run / "weights", PUBLISHED_MARKERS[cfg.learner.algorithm])
+                if not versions:
+                    raise RuntimeError(f"{rl_run}: RL published nothing (was the budget shorter than its warm-up?)")
+                version, folder = versions[-1]
+                agent = evaluation_agent(cfg, folder, env)
+                title = f"{name}: {cfg.policy} + {cfg.learner.algorithm} v{version}"
             report = evaluate(agent, env, ENV_ID, self.settings.eval_episodes, EVAL_SEED, progress=True)
         finally:
             env.close()
@@ -241,7 +240,7 @@ class Demo:
 
     def eval_before(self) -> str:
         """The behaviour-cloned policy, without a human."""
-        self.results.before = report = self.evaluate(self.out / "bc" / "policy", "before")
+        self.results.before = report = self.evaluate("before", self.out / "bc" / "policy")
         return _eval_line(report)
 
     def online(self) -> str:
@@ -268,7 +267,7 @@ class Demo:
 
     def eval_after(self) -> str:
         """The last weights the learner published, on the same seeds."""
-        self.results.after = report = self.evaluate(self.fine_tuned(), "after")
+        self.results.after = report = self.evaluate("after", self.fine_tuned())
         return _eval_line(report)
 
     def fine_tuned(self) -> Path:
@@ -307,17 +306,9 @@ class Demo:
 
     def eval_rl(self) -> str:
         """The fine-tuned policy steered (dsrl) or corrected (residual) by the newest RL actor, same seeds."""
-        from robot_rl.learners.dsrl_online import MARKER as NOISE_MARKER
-        from robot_rl.learners.sac_online import MARKER
-        from robot_rl.learners.transport import list_versions
-
         if self.settings.rl_seconds <= 0:
             return "skipped (--rl-seconds 0)"
-        marker = NOISE_MARKER if self.settings.rl_method == "dsrl" else MARKER
-        versions = list_versions(self.out / "rl" / "weights", marker)
-        if not versions:
-            raise RuntimeError("RL published no actor (was the budget shorter than its warm-up?)")
-        self.results.final = report = self.evaluate(self.fine_tuned(), "rl", rl=versions[-1][1])
+        self.results.final = report = self.evaluate("rl", rl_run=self.out / "rl")
         return _eval_line(report)
 
     def load_skipped(self, skipped: list[str]) -> None:

@@ -27,11 +27,14 @@ import torch
 from tqdm import tqdm
 
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
+from robot_rl.learners.dsrl_online import MARKER as NOISE_MARKER
+from robot_rl.learners.dsrl_online import DSRLAgent, NoiseActorWeights, make_dsrl_agent
 from robot_rl.learners.off_policy import TaskReward
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.residual import ResidualAgent, build_base
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
-from robot_rl.learners.sac_online import SACAgent
+from robot_rl.learners.sac_online import MARKER as SAC_MARKER
+from robot_rl.learners.sac_online import ActorWeights, SACAgent
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
 from robot_rl.learners.transport import BatchingSender, ReconnectingSender, list_versions
@@ -74,11 +77,31 @@ def make_agent(cfg: OnlineConfig, env: gym.Env[Any, Any], run: Path) -> tuple[gy
         return TaskReward.of(env, lc.rlpd), SACAgent(None, run / "weights", not lc.rlpd.explore,
                                                          action_dim=dim, seed=cfg.actor.seed), None
     if lc.algorithm == "dsrl":
-        from robot_rl.learners.dsrl_online import make_dsrl_agent
-
         return TaskReward.of(env, lc.dsrl), make_dsrl_agent(cfg, run), None
     policy, _ = _latest_policy(run / "weights")
     return env, PolicyRunner(policy, weights_dir=run / "weights", device=device), None
+
+
+PUBLISHED_MARKERS = {"hg_dagger": "policy.json", "residual": SAC_MARKER, "rlpd": SAC_MARKER, "dsrl": NOISE_MARKER}
+"""``learner.algorithm`` -> the file that marks a complete published ``weights/v<N>/`` folder."""
+
+
+def evaluation_agent(cfg: OnlineConfig, folder: Path, env: gym.Env[Any, Any]) -> Any:
+    """What acts for the version published in ``folder`` without a human, at its mean (for evaluation).
+
+    A SAC actor (on the run's frozen base for a residual), the run's frozen policy steered by a noise
+    actor, or the published policy itself.
+    """
+    if (folder / SAC_MARKER).is_file():
+        weights = ActorWeights.load(folder)
+        base = build_base(cfg.learner.residual.base, env, cfg.policy, cfg.actor.device) if weights.is_residual else None
+        return SACAgent(base, deterministic=True, actor=weights, action_dim=weights.action_dim)
+    if (folder / NOISE_MARKER).is_file():
+        latent = cfg.learner.dsrl.latent
+        return DSRLAgent(Policy.load(cfg.policy), deterministic=True, action_steps=latent.action_steps,
+                         num_steps=latent.num_steps, device=cfg.actor.device,
+                         noise_actor=NoiseActorWeights.load(folder))
+    return Policy.load(folder)
 
 
 def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool = False) -> list[dict[str, Any]]:
