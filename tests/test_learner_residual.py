@@ -5,7 +5,6 @@ shrinks the stand-in quadrotor's hover sag, and the process runner drives it end
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers.residual_training import train_residual
 
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
@@ -30,7 +30,7 @@ from robot_rl.learners.residual import (
     TaskReward,
 )
 from robot_rl.learners.sac_rlpd import SACLearner
-from robot_rl.learners.transport import WeightsPublisher, list_versions
+from robot_rl.learners.transport import list_versions
 from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts import expert_for
 
@@ -194,23 +194,12 @@ def test_a_short_residual_run_reduces_the_stand_in_hover_sag(tmp_path: Path) -> 
     torch.set_num_threads(1)
     cfg = load_config(ResidualConfig, {"base": "expert", "scale": 0.15, "warmup_steps": 1000, "reward": "env",
                                        "sac": {"hidden": 128, "num_critics": 4, "batch_size": 256, "utd_ratio": 4}})
-    algo = ResidualAlgorithm(cfg, tmp_path / "checkpoint", 100_000, 1.0, 10**9, device="cpu")
-    publisher = WeightsPublisher(tmp_path / "weights", marker=MARKER)
     env = TaskReward(gym.make(QUAD), cfg.reward)
     before = hover_error(ResidualAgent(expert_for(env)))
-    agent = ResidualAgent(expert_for(env), weights_dir=tmp_path / "weights")
-    start = time.monotonic()
-    for episode in range(EPISODES):
-        algo.add(run_episode(env, agent, episode, seed=100 + episode, base_agent=agent.base_view,
-                             keep=True).transitions)
-        if n := algo.train_allowed():
-            algo.update(n)
-            publisher.publish(algo.publish)
-    assert algo.failure is None
-    trained = ResidualActorWeights.load(list_versions(tmp_path / "weights", MARKER)[-1][1])
+    algo, trained, seconds = train_residual(cfg, env, tmp_path, EPISODES)
     after = hover_error(ResidualAgent(expert_for(env), residual=trained, deterministic=True))
     print(f"hover error: expert {before * 100:.1f} cm -> expert + residual {after * 100:.1f} cm "
-          f"({EPISODES} episodes, {algo.updates} updates, {time.monotonic() - start:.0f} s)")
+          f"({EPISODES} episodes, {algo.updates} updates, {seconds:.0f} s)")
     assert before > 0.10
     assert after < 0.7 * before
 

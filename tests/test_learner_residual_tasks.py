@@ -3,27 +3,23 @@ run shrinks the stand-in quadrotor's tracking error; the shipped configs load an
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers.residual_training import train_residual
 
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
 from robot_rl.core.spaces import SpecError
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.residual import (
-    MARKER,
-    ResidualActorWeights,
     ResidualAgent,
-    ResidualAlgorithm,
     ResidualConfig,
     TaskReward,
 )
-from robot_rl.learners.transport import WeightsPublisher, list_versions
 from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts import expert_for
 
@@ -52,23 +48,12 @@ def test_a_short_residual_run_reduces_the_stand_in_tracking_error(tmp_path: Path
     cfg = load_config(ResidualConfig, {"base": "expert", "scale": 0.15, "warmup_steps": 400, "reward": "env",
                                        "sac": {"hidden": 64, "num_critics": 2, "batch_size": 128, "utd_ratio": 2,
                                                "actor_delay": 300, "residual_penalty": 0.1}})
-    algo = ResidualAlgorithm(cfg, tmp_path / "checkpoint", 100_000, 1.0, 10**9, device="cpu")
-    publisher = WeightsPublisher(tmp_path / "weights", marker=MARKER)
     env = TaskReward(gym.make(TRACK, max_episode_steps=STEPS), cfg.reward)
     before = tracking_error(ResidualAgent(expert_for(env)))
-    agent = ResidualAgent(expert_for(env), weights_dir=tmp_path / "weights")
-    start = time.monotonic()
-    for episode in range(EPISODES):
-        algo.add(run_episode(env, agent, episode, seed=100 + episode, base_agent=agent.base_view,
-                             keep=True).transitions)
-        if n := algo.train_allowed():
-            algo.update(n)
-            publisher.publish(algo.publish)
-    assert algo.failure is None
-    trained = ResidualActorWeights.load(list_versions(tmp_path / "weights", MARKER)[-1][1])
+    algo, trained, seconds = train_residual(cfg, env, tmp_path, EPISODES)
     after = tracking_error(ResidualAgent(expert_for(env), residual=trained, deterministic=True))
     print(f"tracking error: expert {before * 100:.1f} cm -> expert + residual {after * 100:.1f} cm "
-          f"({EPISODES} episodes, {algo.updates} updates, {time.monotonic() - start:.0f} s)")
+          f"({EPISODES} episodes, {algo.updates} updates, {seconds:.0f} s)")
     assert before > 0.10
     assert after < 0.75 * before
 

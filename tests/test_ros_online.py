@@ -9,14 +9,13 @@ ends the episode. After shutdown the learner's checkpoint holds the human steps 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 rclpy = pytest.importorskip("rclpy")
+from helpers.online_graph import online_graph  # noqa: E402
 from helpers.ros_spin import spin_until  # noqa: E402
 from std_msgs.msg import Int64, String  # noqa: E402
 from std_srvs.srv import SetBool, Trigger  # noqa: E402
@@ -24,7 +23,6 @@ from test_ros_policy_node import _policy  # noqa: E402
 
 from robot_rl.learners.buffers import ReplayBuffer  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
-from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
 from robot_rl.ros.qos import LATCHED  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -32,15 +30,8 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 def test_policy_node_streams_to_the_learner_node_and_swaps_its_weights(tmp_path: Path) -> None:
     ckpt = _policy().save(tmp_path / "policy")
-    config = tmp_path / "online.yaml"
-    config.write_text(yaml.safe_dump({"learner": {"min_intervention_steps": 5, "publish_every": 20,
-                                                  "checkpoint_every_s": 2.0}}))
-    run = tmp_path / "run"
-    fifo = tmp_path / "tty"  # a keyboard nobody types on: control changes only through ~/set_intervention
-    os.mkfifo(fifo)
-    description = load_launch_file("sim_arm_policy.launch.yaml", {
-        "policy_path": str(ckpt), "teleop_device": "keyboard", "teleop_device_path": str(fifo),
-        "record": "false", "learn": "true", "learner_run": str(run), "learner_config": str(config)})
+    description, run = online_graph(tmp_path, ckpt, {"learner": {"min_intervention_steps": 5, "publish_every": 20,
+                                                                 "checkpoint_every_s": 2.0}})
     status: list[dict] = []
     learner_versions: list[int] = []
     policy_versions: list[int] = []

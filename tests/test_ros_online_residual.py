@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
+from helpers.online_graph import online_graph  # noqa: E402
 from helpers.ros_spin import spin_until  # noqa: E402
 from std_msgs.msg import Float64, Float64MultiArray, Int64, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
@@ -27,7 +26,6 @@ from test_ros_policy_node import _policy  # noqa: E402
 
 from robot_rl.learners.buffers import ReplayBuffer  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
-from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
 from robot_rl.ros.qos import LATCHED  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -47,14 +45,7 @@ def _finite(values: list[float]) -> bool:
 
 def test_policy_node_runs_a_residual_on_its_base_and_swaps_in_the_learners_versions(tmp_path: Path) -> None:
     ckpt = _policy().save(tmp_path / "policy")
-    config = tmp_path / "online.yaml"
-    config.write_text(yaml.safe_dump(CONFIG))
-    run = tmp_path / "run"
-    fifo = tmp_path / "tty"  # a keyboard nobody types on: the episode ends through ~/success
-    os.mkfifo(fifo)
-    description = load_launch_file("sim_arm_policy.launch.yaml", {
-        "policy_path": str(ckpt), "teleop_device": "keyboard", "teleop_device_path": str(fifo),
-        "record": "false", "learn": "true", "learner_run": str(run), "learner_config": str(config)})
+    description, run = online_graph(tmp_path, ckpt, CONFIG)  # the episode ends through ~/success
     status: list[dict] = []
     learner_versions: list[int] = []
     policy_versions: list[int] = []
