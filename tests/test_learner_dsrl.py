@@ -166,6 +166,36 @@ def test_dsrl_steers_the_frozen_policy_toward_the_target(trained) -> None:
     assert log[-1]["q_noise_loss"] < log[0]["q_noise_loss"]
 
 
+def test_without_the_entropy_backup_q_stays_within_the_task_returns() -> None:
+    """Zero reward forever: the true return is 0. Soft Q adds -alpha * log pi(w) of a wide noise space each
+    decision and drifts away; the default (no entropy backup) stays near 0."""
+    def q_after(backup: bool) -> float:
+        learner = DSRLLearner(DSRLConfig(hidden=32, gamma=0.9, tau=0.2, lr=1e-3, init_temperature=0.5,
+                                         backup_entropy=backup, device="cpu"), toy_policy(updates=0), seed=0)
+        batch = toy_batch(learner, np.random.default_rng(0).uniform(-1, 1, (64, 2)).astype(np.float32), prior=True)
+        batch.update(reward=np.zeros(64, np.float32), terminated=np.zeros(64, np.float32))
+        return [learner.update(batch) for _ in range(150)][-1]["q_mean"]
+
+    assert abs(q_after(backup=False)) < 0.5  # -0.22 measured (the critic's initial offset, decaying)
+    assert q_after(backup=True) > 2.0  # 5.6 measured, and still rising
+
+
+def test_prior_weight_keeps_the_noise_near_the_prior() -> None:
+    """The toy rewards noises at the low end of the prior; a prior weight trades some of that for noise the
+    base saw in training (smaller RMS), without losing the direction."""
+    def rms_after(prior_weight: float) -> float:
+        learner = DSRLLearner(DSRLConfig(hidden=64, lr=1e-3, prior_weight=prior_weight, device="cpu"),
+                              toy_policy(), seed=0)
+        rng = np.random.default_rng(1)
+        data = [toy_batch(learner, rng.uniform(-1, 1, (256, 2)).astype(np.float32), prior=True) for _ in range(2)]
+        pool = {k: np.concatenate([d[k] for d in data]) for k in data[0]}
+        log = [learner.update({k: v[rng.integers(0, 512, 128)] for k, v in pool.items()}) for _ in range(200)]
+        return log[-1]["noise_rms"]
+
+    free, held = rms_after(0.0), rms_after(20.0)
+    assert held < 0.7 * free, (held, free)
+
+
 def test_save_load_round_trip_gives_the_same_actions(trained, tmp_path: Path) -> None:
     learner, _, _ = trained
     learner.save(tmp_path / "dsrl")

@@ -204,6 +204,9 @@ def test_a_non_finite_batch_or_weight_keeps_the_last_good_version(tmp_path: Path
     assert [v for v, _ in list_versions(tmp_path / "run" / "weights", MARKER)] == [1]
     log = [json.loads(line) for line in (tmp_path / "run" / "learner_log.jsonl").read_text().splitlines()]
     assert "error" in log[-1] and "v1" in log[-1]["error"]
+    # the publish line carries the means of the algorithm's metrics (what a user watches for divergence)
+    assert {"q_mean", "alpha", "entropy", "noise_rms"} <= set(log[0]["metrics"])
+    assert all(np.isfinite(v) for v in log[0]["metrics"].values())
     resumed = OnlineLearner(online_config(tmp_path / "policy"), tmp_path / "run").algorithm
     assert isinstance(resumed, DSRLAlgorithm) and resumed.failure is None
     assert all(bool(torch.isfinite(p).all()) for p in resumed.parameters())

@@ -82,6 +82,14 @@ class DSRLConfig:
     """Target entropy of the squashed noise; None: -(H * A) / 2."""
     grad_clip: float = 10.0
     """Gradient-norm clip of actor and critics."""
+    backup_entropy: bool = False
+    """Add the entropy bonus -alpha * log pi(w) to the action critic's TD target (soft Q). Off by default: the
+    noise has H * A dimensions (112 for a 16 x 7 chunk), and its entropy bonus summed over an episode
+    outweighs a sparse success reward; without it Q stays within the task's returns."""
+    prior_weight: float = 0.0
+    """Weight of 0.5 * mean(w^2) in the actor's loss: the negative log-density of the base's N(0, I) noise
+    prior, which keeps the chosen noise where the base policy was trained (a trust region around the prior;
+    0: plain SAC in noise space)."""
     device: str = "auto"
     """Where networks and the base policy compute: "auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
 
@@ -104,6 +112,8 @@ class DSRLConfig:
             raise ValueError(f"gamma must be in (0, 1) and tau in (0, 1], got {self.gamma}, {self.tau}")
         if self.lr <= 0 or self.init_temperature <= 0 or self.grad_clip <= 0:
             raise ValueError("lr, init_temperature and grad_clip must be > 0")
+        if self.prior_weight < 0:
+            raise ValueError(f"prior_weight: must be >= 0, got {self.prior_weight}")
 
 
 def policy_fingerprint(policy: Policy) -> str:
@@ -245,7 +255,7 @@ class DSRLLearner:
                 next_action = self.decode({k: v[live] for k, v in nxt.items()}, next_noise)[:, :n].flatten(1)
                 pick = torch.randperm(cfg.num_critics, generator=self.rng)[: cfg.num_target_critics].to(self.device)
                 q_next = self.q_action_target(next_state[idx], next_action)[pick].min(0).values
-                target[idx] += cfg.gamma * (q_next - self.alpha * next_logp)
+                target[idx] += cfg.gamma * (q_next - self.alpha * next_logp if cfg.backup_entropy else q_next)
         q = self.q_action(state, action)
         q_action_loss = ((q - target) ** 2).mean()
         self._step("q_action", self.q_action, q_action_loss)
@@ -268,13 +278,16 @@ class DSRLLearner:
         # actor and temperature (SAC in noise space)
         noise_pi, logp = self.sample_noise(state)
         actor_loss = (self.alpha * logp - self.q_noise(state, noise_pi.flatten(1)).mean(0)).mean()
+        if cfg.prior_weight > 0:
+            actor_loss = actor_loss + cfg.prior_weight * 0.5 * noise_pi.pow(2).mean()
         self._step("actor", self.actor, actor_loss)
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         self._step("alpha", None, alpha_loss)
         self.updates += 1
         return {"q_action_loss": float(q_action_loss.detach()), "q_noise_loss": float(q_noise_loss.detach()),
                 "q_mean": float(q.detach().mean()), "actor_loss": float(actor_loss.detach()), "alpha": self.alpha,
-                "entropy": float(-logp.detach().mean())}
+                "entropy": float(-logp.detach().mean()),
+                "noise_rms": float(noise_pi.detach().pow(2).mean().sqrt())}
 
     # ------------------------------------------------------------------ checkpoints
     def _modules(self) -> dict[str, nn.Module]:

@@ -18,7 +18,8 @@ Run folder layout (everything a restart needs; nothing pickled)::
     <run>/checkpoint/sac/       residual / rlpd: actor, critics, optimisers, counters (atomic folder swap)
     <run>/checkpoint/steps/     every received transition (append-only safetensors chunks)
     <run>/checkpoint/interventions/  the human-controlled steps
-    <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time (and an
+    <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time, the means of the
+                                algorithm's other metrics since the last publish (Q, temperature...) (and an
                                 ``error`` line if the weights turned non-finite: nothing is published after it)
 
 A learner killed at any moment restarts from the last checkpoint with both buffers as they were then
@@ -206,6 +207,8 @@ class OnlineLearner:
         self._last_ckpt = time.monotonic()
         self._last_publish = self.updates
         self._losses: list[float] = []
+        self._metrics: dict[str, list[float]] = {}
+        """The algorithm's other metrics since the last publish (Q, temperature, entropy...), logged as means."""
         self._failure_logged = False
 
     # ----------------------------------------------------------------------------- pieces
@@ -232,6 +235,9 @@ class OnlineLearner:
         """``n`` gradient steps."""
         metrics = self.algorithm.update(n)
         self._losses.append(metrics["loss"])
+        for key, value in metrics.items():
+            if key != "loss" and isinstance(value, (int, float)):
+                self._metrics.setdefault(key, []).append(float(value))
         if self.algorithm.failure is not None:
             self._log_failure()
 
@@ -247,8 +253,9 @@ class OnlineLearner:
         self._last_publish = self.updates
         line = {"t": time.time(), "version": version, "updates": self.updates,
                 "loss": float(np.mean(self._losses)) if self._losses else None,
-                "steps": self.steps.total_added, "human_steps": self.algorithm.interventions.total_added}
-        self._losses = []
+                "steps": self.steps.total_added, "human_steps": self.algorithm.interventions.total_added,
+                "metrics": {k: float(np.mean(v)) for k, v in self._metrics.items()}}
+        self._losses, self._metrics = [], {}
         self._log(line)
         return version
 

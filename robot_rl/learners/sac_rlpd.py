@@ -72,6 +72,10 @@ class SACConfig:
     residual_penalty: float = 0.0
     """Weight of mean(tanh(u)^2) in a residual actor's loss: the correction stays near zero unless the
     critics agree it pays (0: plain SAC)."""
+    backup_entropy: bool = True
+    """Add the entropy bonus -alpha * log pi to the TD target (soft Q, as SAC). False bounds Q by the task's
+    return (as RLPD's and DSRL's fine-tuning set-ups allow): with sparse rewards the bonus of a wide action
+    space can outweigh the success signal."""
     device: str = "auto"
     """Where the networks train and act: "auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
 
@@ -274,7 +278,8 @@ class SACLearner:
                 next_action, next_logp = self.actor(b["next_obs"], b["next_base"])
                 pick = torch.randperm(cfg.num_critics, generator=self.rng)[: cfg.num_target_critics].to(self.device)
                 q_next = self.target(self._critic_state(b, "next_"), next_action)[pick].min(0).values
-                target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * (q_next - self.alpha * next_logp)
+                soft = q_next - self.alpha * next_logp if cfg.backup_entropy else q_next
+                target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * soft
             q = self.critic(self._critic_state(b), b["action"])
             critic_loss = ((q - target) ** 2).mean()
             self.critic_opt.zero_grad()
