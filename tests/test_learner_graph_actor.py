@@ -54,6 +54,15 @@ def test_the_residual_acts_on_the_given_base_and_swaps_between_steps(tmp_path: P
     nan_obs = {**OBS, "tcp_pos": np.array([np.nan, 0.0, 0.3], np.float32)}
     assert np.array_equal(agent.act(nan_obs, BASE), BASE) and "skipped" in errors[-1]
 
+    follower = agent.agent.follower
+    assert follower is not None
+    polls: list[int] = []
+    poll = follower.watcher.poll
+    follower.watcher.poll = lambda: (polls.append(1), poll())[1]  # type: ignore[method-assign]
+    for _ in range(5):
+        agent.act(OBS, BASE)
+    assert len(polls) == 5  # the weights folder is looked at once per tick
+
 
 def test_which_runs_a_graph_actor_acts_in(tmp_path: Path) -> None:
     keys = ["joint_pos", "tcp_pos", "tcp_quat"]

@@ -90,7 +90,9 @@ class StreamedResidual:
     def __init__(self, cfg: ResidualConfig, weights_dir: str | Path,
                  on_swap: Callable[[int], None] | None = None, on_error: Callable[[str], None] | None = None) -> None:
         self._base = _GivenBase()
-        self.agent = ResidualAgent(self._base, weights_dir=weights_dir, deterministic=not cfg.explore)
+        self._obs: Mapping[str, np.ndarray] = {}
+        self.agent = ResidualAgent(self._base, weights_dir=weights_dir, deterministic=not cfg.explore,
+                                   accept=self._fits)
         self.on_swap, self.on_error = on_swap, on_error
         self._reported: set[int] = set()
 
@@ -104,34 +106,35 @@ class StreamedResidual:
         """The residual acting now."""
         return self.agent.residual
 
+    def _fits(self, weights: ResidualActorWeights) -> str | None:
+        """The agent's accept-check of a new version: does it fit this tick's observation and base action?"""
+        assert self._base.action is not None
+        return _misfit(weights, self._obs, self._base.action)
+
     def act(self, obs: Mapping[str, np.ndarray], base: np.ndarray) -> np.ndarray:
-        """The executed action of this step: base + residual, clipped to [-1, 1] (exactly ``base`` without one)."""
+        """The executed action of this step: base + residual, clipped to [-1, 1] (exactly ``base`` without one).
+
+        The agent looks for a newer residual once, before acting; one that does not fit is refused there.
+        """
         base = np.asarray(base, np.float32).reshape(-1)
-        self._base.action = base
-        self._swap(obs, base)
+        self._base.action, self._obs = base, obs
+        before = self.version
         try:
             action = np.asarray(self.agent.act(obs), np.float32)
         except SpecError as exc:  # a NaN observation: the residual has nothing to say
             self._report(f"residual v{self.version} skipped: {exc}")
             return base.copy()
+        finally:
+            self._announce(before)
         if not np.all(np.isfinite(action)):
             self._report(f"residual v{self.version} gave a non-finite action; the base acts")
             return base.copy()
         return action
 
-    def _swap(self, obs: Mapping[str, np.ndarray], base: np.ndarray) -> None:
-        """Poll for a newer residual and keep it only if it fits this stream's observation and action."""
-        before = self.agent.residual
-        self.agent.poll_weights()
-        new = self.agent.residual
-        if new is not None and new is not before:
-            problem = _misfit(new, obs, base)
-            if problem is None:
-                if self.on_swap is not None:
-                    self.on_swap(new.version)
-            else:
-                self.agent.actor = before
-                self.agent.refused[new.version] = problem
+    def _announce(self, before: int) -> None:
+        """Report a residual that started acting and every version refused since the last tick."""
+        if self.version != before and self.on_swap is not None:
+            self.on_swap(self.version)
         for version, why in self.agent.refused.items():
             if version not in self._reported:
                 self._reported.add(version)

@@ -18,6 +18,7 @@ checks are :mod:`robot_rl.learners.off_policy`'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,9 @@ class ResidualAgent(SACAgent):
     """``act(obs)``: the frozen base's action plus the newest published residual (none yet: the base's)."""
 
     def __init__(self, base: Any, weights_dir: str | Path | None = None, deterministic: bool = False,
-                 residual: ActorWeights | None = None) -> None:
-        super().__init__(base, weights_dir, deterministic, actor=residual)
+                 residual: ActorWeights | None = None,
+                 accept: Callable[[ActorWeights], str | None] | None = None) -> None:
+        super().__init__(base, weights_dir, deterministic, actor=residual, accept=accept)
 
     @property
     def residual(self) -> ActorWeights | None:

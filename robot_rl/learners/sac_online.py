@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,8 @@ class SACAgent:
     """
 
     def __init__(self, base: Any | None = None, weights_dir: str | Path | None = None, deterministic: bool = False,
-                 actor: ActorWeights | None = None, action_dim: int | None = None, seed: int = 0) -> None:
+                 actor: ActorWeights | None = None, action_dim: int | None = None, seed: int = 0,
+                 accept: Callable[[ActorWeights], str | None] | None = None) -> None:
         if base is None and action_dim is None:
             raise ValueError("SACAgent: without a base, give action_dim (random actions before the first version)")
         self.base, self.deterministic, self.actor = base, deterministic, actor
@@ -114,6 +115,8 @@ class SACAgent:
         self.base_view = BaseActionView(self)
         """Pass as ``run_episode(..., base_agent=agent.base_view)`` when there is a base."""
         self.generator = torch.Generator().manual_seed(seed)
+        self.accept = accept
+        """Extra check of a newly published actor before it acts: why it cannot (refused), or None."""
 
     @property
     def version(self) -> int:
@@ -137,6 +140,8 @@ class SACAgent:
         if weights.is_residual != (self.base is not None):
             raise SpecError(f"{folder}: a {'residual' if weights.is_residual else 'plain'} actor for an agent "
                             f"{'with' if self.base is not None else 'without'} a base")
+        if self.accept is not None and (problem := self.accept(weights)) is not None:
+            raise SpecError(problem)
         return weights
 
     def poll_weights(self) -> None:
