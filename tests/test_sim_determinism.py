@@ -163,3 +163,20 @@ def test_camera_observation_and_render() -> None:
     assert frame is not None and frame.shape == (240, 320, 3)
     with pytest.raises(Exception, match="camera"):
         gym.make("robot_rl/ArmReach-v0", cameras=("nope",))
+
+
+def test_episode_length_follows_gymnasium() -> None:
+    """The registered length is the default; ``gym.make(id, max_episode_steps=N)`` changes it, longer too."""
+    from robot_rl.runtime.episode import run_episode
+
+    assert gym.make("robot_rl/QuadHover-v0").spec.max_episode_steps == 250
+    assert gym.spec("robot_rl/HumanoidWalk-RealStandIn-v0").max_episode_steps == 500
+
+    def length(**kwargs: object) -> tuple[int, str]:
+        env = gym.make("robot_rl/ArmReach-v0", **kwargs)
+        result = run_episode(env, lambda obs: np.zeros(env.action_space.shape, np.float32), 0, seed=3)
+        return result.length, result.truncation_reason
+
+    assert length() == (40, "time_limit")
+    assert length(max_episode_steps=55) == (55, "time_limit")  # beyond the registered 40
+    assert length(max_episode_steps=12) == (12, "time_limit")

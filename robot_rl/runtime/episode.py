@@ -79,7 +79,8 @@ class EpisodeResult:
     terminated: bool = False
     """The task ended the episode (rather than a time limit, a cut or an abort)."""
     truncation_reason: str = ""
-    """``info["truncation_reason"]`` of the last step, "cut" for ``max_steps`` or an agent's end, "" otherwise."""
+    """``info["truncation_reason"]`` of the last step ("time_limit" from Gymnasium's TimeLimit), "cut" for
+    ``max_steps`` or an agent's end, "" otherwise."""
     aborted: bool = False
     """The driver's ``abort`` hook ended the take before its end (e.g. re-record): discard it."""
     transitions: list[Transition] = field(default_factory=list)
@@ -153,7 +154,8 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
         if "is_success" in info:
             ever_success = bool(ever_success) or bool(info["is_success"])
         cut = cut or (max_steps is not None and step + 1 >= max_steps)
-        truncated = bool(truncated) or (cut and not terminated)
+        env_truncated = bool(truncated)
+        truncated = env_truncated or (cut and not terminated)
         result.length += 1
         result.episode_return += float(reward)
         if needs_transitions:
@@ -171,7 +173,9 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
         obs = nxt
         if terminated or truncated:
             result.terminated = bool(terminated)
-            result.truncation_reason = "" if terminated else str(info.get("truncation_reason", "cut"))
+            # an env's own truncations give a reason; Gymnasium's TimeLimit gives none; ours is "cut"
+            reason = info.get("truncation_reason", "time_limit" if env_truncated else "cut")
+            result.truncation_reason = "" if terminated else str(reason)
             break
     result.intervention_steps, result.takeovers = labeller.human_steps, labeller.takeovers
     outcome = getattr(agent, "outcome", None)

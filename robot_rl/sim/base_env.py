@@ -207,7 +207,8 @@ class RobotEnv(gym.Env):
         success = self._is_success()
         reward = float(success) if self.config.sparse_reward else float(sum(terms.values()))
         terminated = self._terminated()
-        truncated = (not terminated) and self._steps >= self.config.max_episode_steps
+        limit = self.config.max_episode_steps
+        truncated = (not terminated) and limit is not None and self._steps >= limit
         if truncated:
             info["truncation_reason"] = "time_limit"
         info.update(is_success=success, reward_terms=terms)

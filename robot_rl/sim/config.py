@@ -77,8 +77,10 @@ class SimConfig:
     """Physics (and low-level controller) rate [Hz]; 500-1000 is the supported range."""
     policy_hz: float = 10.0
     """Rate of env.step() [Hz]; physics_hz / policy_hz must be an integer."""
-    max_episode_steps: int = 100
-    """Policy steps before the episode is truncated (reason ``time_limit``)."""
+    max_episode_steps: int | None = None
+    """Policy steps after which the env truncates by itself (reason ``time_limit``). None (default): it does
+    not; as in Gymnasium's own envs, ``gym.make`` wraps it in ``TimeLimit`` at the task's registered
+    length (``robot_rl.sim.ENVS``), which ``gym.make(id, max_episode_steps=N)`` replaces."""
     control_mode: str = ""
     """Action control mode (a robot_rl.core.ControlMode value); empty picks the task's default."""
     controller: str = ""
@@ -108,7 +110,7 @@ class SimConfig:
         ratio = self.physics_hz / self.policy_hz
         if abs(ratio - round(ratio)) > 1e-9:
             raise ConfigError(f"policy_hz: physics_hz/policy_hz must be an integer, got {ratio}")
-        if self.max_episode_steps < 1:
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
             raise ConfigError(f"max_episode_steps: must be >= 1, got {self.max_episode_steps}")
         h, w = self.image_size
         if not (8 <= h <= 2048 and 8 <= w <= 2048):

@@ -56,7 +56,7 @@ class ArmEnv(RobotEnv):
     ROBOT = "panda"
     RENDER_CAMERA = "front"
     WITH_OBJECT: ClassVar[bool] = False
-    DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 10.0, "max_episode_steps": 60}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 10.0}
 
     def _build_model(self) -> mujoco.MjModel:
         self.embodiment = panda.EMBODIMENT

@@ -18,7 +18,6 @@ class ArmPickLiftEnv(ArmEnv):
     """Reward terms: reach (-|tcp - cube|), grasp (+0.25, both fingers on the cube), lift (0..1), success."""
 
     WITH_OBJECT = True
-    DEFAULTS = {**ArmEnv.DEFAULTS, "max_episode_steps": 80}  # noqa: RUF012
 
     def _setup(self) -> None:
         super()._setup()

@@ -18,7 +18,6 @@ class ArmPushEnv(ArmEnv):
     """Reward terms: ``reach`` (-|tcp - cube|/2), ``push`` (-|cube - goal|_xy), ``success`` (+1)."""
 
     WITH_OBJECT = True
-    DEFAULTS = {**ArmEnv.DEFAULTS, "max_episode_steps": 100}  # noqa: RUF012
 
     def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         qpos = self._initial_arm_qpos(rng)

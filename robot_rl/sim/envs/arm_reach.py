@@ -16,7 +16,6 @@ SUCCESS_DISTANCE = 0.03
 class ArmReachEnv(ArmEnv):
     """Reward terms: ``distance`` (-|tcp - goal|) and ``success`` (+1 within 3 cm)."""
 
-    DEFAULTS = {**ArmEnv.DEFAULTS, "max_episode_steps": 40}  # noqa: RUF012
 
     def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         qpos = self._initial_arm_qpos(rng)

@@ -45,7 +45,7 @@ class HumanoidEnv(RobotEnv):
 
     ROBOT = "g1"
     RENDER_CAMERA = "track"
-    DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 50.0, "max_episode_steps": 500}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 50.0}
 
     def _build_model(self) -> mujoco.MjModel:
         self.embodiment = g1.EMBODIMENT

@@ -20,7 +20,6 @@ PUSH_INTERVAL_S = (1.0, 2.0)
 class HumanoidStandEnv(HumanoidEnv):
     """Reward terms: alive, upright, height, posture, torque. Success: still standing."""
 
-    DEFAULTS = {**HumanoidEnv.DEFAULTS, "max_episode_steps": 150}  # noqa: RUF012
 
     def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = options.get("push_force", PUSH_FORCE_N)

@@ -35,7 +35,6 @@ SMOOTHING_S = 1.0
 class HumanoidWalkEnv(HumanoidEnv):
     """Reward terms: lin_vel_tracking, ang_vel_tracking, alive, upright, height, posture, torque, action_rate."""
 
-    DEFAULTS = {**HumanoidEnv.DEFAULTS, "max_episode_steps": 500}  # noqa: RUF012
 
     def __init__(self, config: ConfigSource = None, render_mode: str | None = None,
                  command: npt.ArrayLike | None = None, **overrides: Any) -> None:

@@ -42,7 +42,7 @@ class QuadEnv(RobotEnv):
 
     ROBOT = "cf2x"
     RENDER_CAMERA = "overview"
-    DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 50.0, "max_episode_steps": 250}
+    DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 50.0}
 
     def _build_model(self) -> mujoco.MjModel:
         self.embodiment = cf2x.EMBODIMENT

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +16,6 @@ SUCCESS_DISTANCE = 0.1
 class QuadTrackEnv(QuadEnv):
     """Goal: ``centre + (a sin wt, b sin 2wt, c sin wt)``; velocity feed-forward is observed."""
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {**QuadEnv.DEFAULTS, "max_episode_steps": 400}
 
     def _reset_task(self, rng: np.random.Generator, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         self.centre = np.array([0.0, 0.0, 1.0])
