@@ -196,3 +196,47 @@ def test_killed_learner_restarts_with_its_buffers_and_the_actor_keeps_going(tiny
 def _actor_saw_new_weights(run: Path, min_episodes: int, version: int) -> bool:
     episodes = read_jsonl(run / "actor_0.jsonl")
     return len(episodes) >= min_episodes and episodes[-1]["version_end"] >= version
+
+
+@pytest.mark.slow
+def test_learner_and_actors_stop_when_the_runner_is_killed(tiny_run: tuple[Path, Path], tmp_path: Path) -> None:
+    """SIGKILL of the process running ``run_online`` (no clean-up there): its learner and actor notice,
+    stop as on SIGTERM (the learner checkpoints) and leave no orphan behind."""
+    demos, policy = tiny_run
+    cfg = load_config(OnlineConfig, None, ["actor.episodes=1000", "learner.checkpoint_every_s=600"])
+    cfg.policy, cfg.learner.demos = str(policy), str(demos)
+    save_config(cfg, tmp_path / "cfg.yaml")
+    run = tmp_path / "run"
+    script = ("import sys; from robot_rl.core.config import load_config; from robot_rl.learners.online import "
+              "run_online; from robot_rl.learners.online_config import OnlineConfig; "
+              "run_online(load_config(OnlineConfig, sys.argv[1]), sys.argv[2], progress=False, timeout=900)")
+    runner = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "cfg.yaml"), str(run)])
+    try:
+        deadline = time.monotonic() + 180
+        while not read_jsonl(run / "actor_0.jsonl") or not (run / "learner.json").is_file():
+            assert time.monotonic() < deadline and runner.poll() is None
+            time.sleep(0.2)
+        children = subprocess.run(["pgrep", "-f", f"robot_rl.learners.roles .* --run {run}"], capture_output=True,
+                                  text=True).stdout.split()
+        assert len(children) == 2  # the learner and one actor
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait(10)
+        deadline = time.monotonic() + 120
+        while any(_alive(int(pid)) for pid in children):
+            assert time.monotonic() < deadline, "a child outlived its runner"
+            time.sleep(0.2)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        subprocess.run(["pkill", "-9", "-f", f"--run {run}"], check=False)
+    assert (run / "checkpoint" / "state" / "train_state.json").is_file()  # the learner stopped cleanly
+    assert "parent process" in (run / "logs" / "learner.log").read_text()
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's zombie is reaped by init, not by us)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     """Dispatch to the role (the learner and actor roles are the core's, in robot_rl.learners.roles)."""
     from robot_rl.core.config import ConfigError, load_config
     from robot_rl.learners.online_config import OnlineConfig, default_config_path
-    from robot_rl.learners.roles import run_actor_role, run_learner
+    from robot_rl.learners.roles import exit_with_parent, run_actor_role, run_learner
 
     try:
         if args.role == "run":
@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
             if not cfg.policy and not base_is_expert and cfg.learner.algorithm != "rlpd":
                 raise ConfigError("policy: no policy to fine-tune (give --policy)")
             return _run_all(cfg, Path(args.run), args.seconds)
+        if args.exit_with_parent is not None:
+            exit_with_parent(args.exit_with_parent)
         if args.role == "learner":
             run_learner(args.run, args.max_seconds)
         else:

@@ -11,7 +11,11 @@ online learner|actor`` calls the same functions.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,8 +59,32 @@ def run_actor_role(run: str | Path, index: int = 0, log: Callable[[str], None] =
 
 
 def command(role: str, run: str | Path, *options: str) -> list[str]:
-    """The command line that starts ``role`` on a run folder with this interpreter."""
-    return [sys.executable, "-m", "robot_rl.learners.roles", role, "--run", str(run), *options]
+    """The command line that starts ``role`` on a run folder with this interpreter, as our child.
+
+    The child stops when this process is gone (:func:`exit_with_parent`).
+    """
+    return [sys.executable, "-m", "robot_rl.learners.roles", role, "--run", str(run),
+            "--exit-with-parent", str(os.getpid()), *options]
+
+
+def exit_with_parent(parent: int, grace_s: float = 120.0, poll_s: float = 0.5) -> threading.Thread:
+    """Stop this process once ``parent`` is gone (killed, crashed), so no learner or actor runs on orphaned.
+
+    It gets SIGTERM, as from a user (the learner checkpoints, an actor ends its episode), and is killed
+    if it has not exited ``grace_s`` later.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print(f"parent process {parent} is gone: stopping", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(3)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def add_role_parsers(sub: Any) -> None:
@@ -67,6 +95,9 @@ def add_role_parsers(sub: Any) -> None:
     actor = sub.add_parser("actor", help="one actor process of a run folder")
     actor.add_argument("--run", required=True, help="run folder holding online.yaml")
     actor.add_argument("--index", type=int, default=0, help="actor number (seeds, log file)")
+    for role in (learner, actor):
+        role.add_argument("--exit-with-parent", type=int, default=None, metavar="PID",
+                          help="stop (as on SIGTERM) when process PID, the one that started this, is gone")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m robot_rl.learners.roles", description=__doc__.split("\n")[0])
     add_role_parsers(parser.add_subparsers(dest="role", required=True))
     args = parser.parse_args(argv)
+    if args.exit_with_parent is not None:
+        exit_with_parent(args.exit_with_parent)
     try:
         if args.role == "learner":
             run_learner(args.run, args.max_seconds)
