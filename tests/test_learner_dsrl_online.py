@@ -214,12 +214,18 @@ def test_a_non_finite_batch_or_weight_keeps_the_last_good_version(tmp_path: Path
 
 def test_a_restarted_learner_resumes_buffers_networks_and_counters(tmp_path: Path) -> None:
     algo = algorithm(tmp_path)
-    algo.add(interleaved(np.random.default_rng(4)))
+    demos = [t.replace(episode_id=1000, is_intervention=True, segment_source=SegmentSource.HUMAN)
+             for t in episode(0, 12, np.random.default_rng(9))]
+    algo.add_demonstrations(demos)
+    steps = interleaved(np.random.default_rng(4))
+    algo.add(steps)
     algo.update(5)
     algo.checkpoint()
+    human = sum(t.is_intervention for t in steps)
+    assert 0 < human and algo.counters()["human_steps"] == human  # the demonstrations are not the human's
+    assert algo.interventions.total_added == human + len(demos)
     again = algorithm(tmp_path)
-    assert again.resumed_from == {"steps": algo.steps.total_added, "human_steps": algo.interventions.total_added,
-                                  "updates": 5}
+    assert again.resumed_from == {"steps": algo.steps.total_added, "human_steps": human, "updates": 5}
     assert all(torch.equal(a, b) for a, b in zip(algo.parameters(), again.parameters(), strict=True))
     assert again.train_allowed() > 0
     again.update(2)

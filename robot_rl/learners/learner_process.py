@@ -75,7 +75,12 @@ class OnlineAlgorithm(Protocol):
 
     @property
     def interventions(self) -> ReplayBuffer:
-        """The human-controlled steps."""
+        """The human-controlled steps (and, for the off-policy algorithms, the demonstrations)."""
+        ...
+
+    @property
+    def human_steps(self) -> int:
+        """Human-controlled steps received from the actors (loaded demonstrations not counted)."""
         ...
 
     def add(self, transitions: Sequence[Transition]) -> None:
@@ -132,6 +137,11 @@ class HGDAggerAlgorithm:
     def interventions(self) -> ReplayBuffer:
         """The human-controlled steps HG-DAgger trains on."""
         return self.learner.interventions
+
+    @property
+    def human_steps(self) -> int:
+        """Human-controlled steps received (its demonstrations live apart, in a ChunkDataset)."""
+        return self.learner.interventions.total_added
 
     def add(self, transitions: Sequence[Transition]) -> None:
         """Keep every step; HG-DAgger keeps the human ones."""
@@ -253,7 +263,7 @@ class OnlineLearner:
         self._last_publish = self.updates
         line = {"t": time.time(), "version": version, "updates": self.updates,
                 "loss": float(np.mean(self._losses)) if self._losses else None,
-                "steps": self.steps.total_added, "human_steps": self.algorithm.interventions.total_added,
+                "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps,
                 "metrics": {k: float(np.mean(v)) for k, v in self._metrics.items()}}
         self._losses, self._metrics = [], {}
         self._log(line)
@@ -270,7 +280,7 @@ class OnlineLearner:
         why = f"{self.algorithm.failure}; training and publishing stop, v{self.publisher.version} stays the newest"
         print(f"learner: {why}", file=sys.stderr, flush=True)
         self._log({"t": time.time(), "version": self.publisher.version, "updates": self.updates, "loss": None,
-                   "steps": self.steps.total_added, "human_steps": self.algorithm.interventions.total_added,
+                   "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps,
                    "error": why})
 
     def checkpoint(self) -> None:
@@ -320,5 +330,5 @@ class OnlineLearner:
             self.publish()
         self.checkpoint()
         return {"updates": self.updates, "steps": self.steps.total_added,
-                "human_steps": self.algorithm.interventions.total_added, "version": self.publisher.version,
+                "human_steps": self.algorithm.human_steps, "version": self.publisher.version,
                 "dropped": list(server.dropped), "failure": self.algorithm.failure}

@@ -154,16 +154,20 @@ class OffPolicyAlgorithm:
         self.resumed_from: dict[str, int] | None = None
         self.demos = 0
         """Demonstration steps loaded into the demo buffer."""
+        self.human_steps = 0
+        """Human-controlled steps received from the actors (the demo buffer also holds the demonstrations)."""
         self._held: dict[int, list[Transition]] = {}
 
     def counters(self) -> dict[str, int]:
         """Steps and human steps received so far."""
-        return {"steps": self.steps.total_added, "human_steps": self.interventions.total_added}
+        return {"steps": self.steps.total_added, "human_steps": self.human_steps}
 
     def resume_buffers(self) -> None:
         """Reload both buffers from ``checkpoint`` (a subclass calls this when its networks were found)."""
         self.steps = ReplayBuffer.load(self.ckpt / "steps", capacity=self.capacity)
         self.interventions = ReplayBuffer.load(self.ckpt / "interventions", capacity=self.capacity)
+        # counted from the stored steps (exact until the online buffer wraps around, a lower bound after)
+        self.human_steps = int(self.steps.columns["is_intervention"][: len(self.steps)].sum()) if len(self.steps) else 0
         self.resumed_from = self.counters() | {"updates": self.updates}
 
     # ---------------------------------------------------------------- data
@@ -222,7 +226,9 @@ class OffPolicyAlgorithm:
         if not self.is_built():
             self.build(ready[0])
         self.steps.extend(ready)
-        self.interventions.extend([t for t in ready if t.is_intervention])
+        human = [t for t in ready if t.is_intervention]
+        self.interventions.extend(human)
+        self.human_steps += len(human)
 
     # ---------------------------------------------------------------- training
     def train_allowed(self) -> int:

@@ -85,7 +85,7 @@ class LearnerNode(Node):
             self.pub_version.publish(Int64(data=int(version)))
             self.published = version
         status = {"version": version, "updates": learner.updates, "steps": learner.steps.total_added,
-                  "human_steps": learner.algorithm.interventions.total_added, "running": self.thread.is_alive()}
+                  "human_steps": learner.algorithm.human_steps, "running": self.thread.is_alive()}
         self.pub_status.publish(String(data=json.dumps(status)))
 
     def close(self) -> None:
