@@ -222,7 +222,7 @@ def test_a_restarted_learner_resumes_buffers_networks_and_counters(tmp_path: Pat
     algo.update(5)
     algo.checkpoint()
     human = sum(t.is_intervention for t in steps)
-    assert 0 < human and algo.counters()["human_steps"] == human  # the demonstrations are not the human's
+    assert human > 0 and algo.counters()["human_steps"] == human  # the demonstrations are not the human's
     assert algo.interventions.total_added == human + len(demos)
     again = algorithm(tmp_path)
     assert again.resumed_from == {"steps": algo.steps.total_added, "human_steps": human, "updates": 5}
