@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,8 @@ def test_online_roles_run_from_the_core_entry_point(tmp_path: Path) -> None:
     from robot_rl.learners.roles import command
 
     cmd = command("actor", str(tmp_path), "--index", "3")
-    assert cmd[1:] == ["-m", "robot_rl.learners.roles", "actor", "--run", str(tmp_path), "--index", "3"]
+    assert cmd[1:] == ["-m", "robot_rl.learners.roles", "actor", "--run", str(tmp_path),
+                       "--exit-with-parent", str(os.getpid()), "--index", "3"]  # a child stops when we are gone
     for argv in ([*cmd[1:]], ["-m", "robot_rl.cli.main", "online", "learner", "--run", str(tmp_path)]):
         proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and "online.yaml" in proc.stdout + proc.stderr, proc.stderr
