@@ -219,7 +219,8 @@ def test_the_process_runner_drives_residual_rl(tmp_path: Path) -> None:
     assert max(e["version_end"] for e in result.episodes) >= 1  # the actor swapped a published residual in
     assert result.episodes[0]["version_start"] == 0
     steps = ReplayBuffer.load(run / "checkpoint" / "steps")
-    assert steps.total_added >= 250 * 39  # every episode arrived (the newest step may still be held back)
+    # every episode arrived (the newest step may still be held back); exploring residuals may crash early
+    assert steps.total_added >= sum(e["steps"] for e in result.episodes) - 1
     assert bool(steps.columns["has_base_action"][: len(steps)].all())
     acted = steps.columns["policy_version"][: len(steps)]
     assert acted.min() == 0 and acted.max() >= 1  # base alone first, then residual versions

@@ -10,6 +10,7 @@ import pytest
 
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import ConfigError
+from robot_rl.robots import cf2x
 from robot_rl.sim.config import Randomization, SimConfig
 from robot_rl.sim.experts import expert_for
 
@@ -94,36 +95,46 @@ def test_every_robot_has_a_stand_in() -> None:
         assert info["is_success"]
 
 
+def _vz_change(commands: np.ndarray, tau: float, dt: float = 0.002) -> float:
+    """Vertical speed gained by a level Crazyflie whose 4 motors start at hover thrust and lag ``commands``
+    (one per-rotor thrust [N] per physics step) with the pipeline's backward-Euler first-order lag."""
+    alpha = dt / (tau + dt)
+    thrust, dv = cf2x.HOVER_THRUST, 0.0
+    for command in commands:
+        thrust += alpha * (command - thrust)
+        dv += dt * cf2x.GRAVITY * (thrust / cf2x.HOVER_THRUST - 1.0)
+    return dv
+
+
+def _quad_vz(action: float, **randomization: tuple[float, float]) -> float:
+    env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands", randomization=randomization)
+    env.reset(seed=0)
+    base = env.unwrapped
+    base.data.qvel[:] = 0
+    base.data.qpos[3:7] = [1, 0, 0, 0]
+    obs, *_ = env.step(np.full(4, action, np.float32))
+    return float(obs["linvel"][2])
+
+
 def test_latency_delays_the_response() -> None:
     """Zero thrust under a 20 ms (one policy step) delay: the first step still flies on the old command."""
-    def vz_change(latency: float, action_latency: float = 0.0) -> float:
-        env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands",
-                       randomization={"latency_s": (latency, latency),
-                                      "action_latency_s": (action_latency, action_latency)})
-        obs, _ = env.reset(seed=0)
-        base = env.unwrapped
-        base.data.qvel[:] = 0
-        base.data.qpos[3:7] = [1, 0, 0, 0]
-        obs, *_ = env.step(np.zeros(4, np.float32))
-        return float(obs["linvel"][2])
-    assert vz_change(0.0) == pytest.approx(-9.81 * 0.02, rel=0.05)
-    assert abs(vz_change(0.02)) < 0.02
+    tau, hover = cf2x.MOTOR_TIME_CONSTANT, cf2x.HOVER_THRUST
+    cut = _vz_change(np.zeros(10), tau)
+    assert _quad_vz(0.0) == pytest.approx(cut, rel=0.02)
+    assert abs(_quad_vz(0.0, latency_s=(0.02, 0.02))) < 0.05 * abs(cut)
     # a 10 ms action delay: half of the 20 ms step still flies on the previous (hover) command
-    assert vz_change(0.0, 0.01) == pytest.approx(-9.81 * 0.01, rel=0.1)
+    half = _vz_change(np.r_[np.full(5, hover), np.zeros(5)], tau)
+    assert _quad_vz(0.0, action_latency_s=(0.01, 0.01)) == pytest.approx(half, rel=0.03)
+    assert abs(half) < 0.5 * abs(cut)
 
 
 def test_motor_lag_slows_the_response() -> None:
-    def vz_after(tau: float) -> float:
-        env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands",
-                       randomization={"motor_time_constant_s": (tau, tau)})
-        env.reset(seed=0)
-        base = env.unwrapped
-        base.data.qvel[:] = 0
-        base.data.qpos[3:7] = [1, 0, 0, 0]
-        obs, *_ = env.step(np.ones(4, np.float32))
-        return float(obs["linvel"][2])
-    fast, slow = vz_after(0.0), vz_after(0.05)
-    assert fast > 0.15 and 0 < slow < 0.6 * fast
+    """A randomised motor time constant adds to the Crazyflie's nominal one."""
+    full = np.full(10, cf2x.THRUST_MAX)
+    fast, slow = _quad_vz(1.0), _quad_vz(1.0, motor_time_constant_s=(0.05, 0.05))
+    assert fast == pytest.approx(_vz_change(full, cf2x.MOTOR_TIME_CONSTANT), rel=0.02)
+    assert slow == pytest.approx(_vz_change(full, cf2x.MOTOR_TIME_CONSTANT + 0.05), rel=0.02)
+    assert 0 < slow < 0.9 * fast
 
 
 def test_config_from_yaml_and_bad_values(tmp_path: Path) -> None:

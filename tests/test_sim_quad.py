@@ -44,12 +44,26 @@ def test_track_expert_follows_figure_eight() -> None:
     assert mean_error < 0.08, f"tracking error {mean_error:.3f} m"
 
 
-def test_zero_thrust_falls_and_crash_terminates() -> None:
+def test_motors_lag_with_the_crazyflie_time_constant_then_the_drone_falls_and_crashes() -> None:
+    """Cut to zero, the rotors spin down as a first-order lag (cf2x.MOTOR_TIME_CONSTANT), not at once."""
     env = gym.make("robot_rl/QuadHover-v0", control_mode="motor_commands")
-    obs, _ = env.reset(seed=0)
-    vz0 = obs["linvel"][2]
-    obs, *_ = env.step(np.zeros(4, np.float32))  # 20 ms of free fall
-    assert obs["linvel"][2] - vz0 == pytest.approx(-9.81 * 0.02, rel=0.02)
+    env.reset(seed=0)
+    base = env.unwrapped
+    base.data.qpos[cf2x.QPOS_BASE_QUAT] = [1, 0, 0, 0]
+    base.data.qvel[:] = 0
+    dt, n = base.model.opt.timestep, base.physics_steps
+    alpha = dt / (cf2x.MOTOR_TIME_CONSTANT + dt)
+    obs, *_ = env.step(np.zeros(4, np.float32))  # 20 ms: the motors keep most of their hover thrust
+    left = (1 - alpha) ** np.arange(1, n + 1)
+    expected_dv = dt * cf2x.GRAVITY * np.sum(left - 1)
+    assert obs["linvel"][2] == pytest.approx(expected_dv, rel=0.02)
+    assert abs(expected_dv) < 0.15 * 9.81 * 0.02  # an instant motor would fall at g
+    steps_per_tau = round(cf2x.MOTOR_TIME_CONSTANT / (n * dt))
+    for _ in range(steps_per_tau - 1):
+        env.step(np.zeros(4, np.float32))
+    thrust = base.data.ctrl[base.actuators[:4]]
+    np.testing.assert_allclose(thrust / cf2x.HOVER_THRUST, np.exp(-steps_per_tau * n * dt / cf2x.MOTOR_TIME_CONSTANT),
+                               atol=0.03)
     terminated = False
     for _ in range(100):
         _, _, terminated, truncated, _ = env.step(np.zeros(4, np.float32))

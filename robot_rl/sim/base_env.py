@@ -47,6 +47,9 @@ class RobotEnv(gym.Env):
     """Task defaults for SimConfig fields (overridden by ``config`` and keyword overrides)."""
     ROBOT: ClassVar[str] = ""
     RENDER_CAMERA: ClassVar[str] = ""
+    MOTOR_TIME_CONSTANT: ClassVar[float] = 0.0
+    """Nominal first-order lag of the robot's actuators [s] (0: commands act at once). A randomised or
+    stand-in ``motor_time_constant_s`` is added to it."""
 
     embodiment: Embodiment
     observation_spec: ObservationSpec
@@ -158,7 +161,7 @@ class RobotEnv(gym.Env):
         delay, tau, action_delay = (_sample(rng, d.latency_s), _sample(rng, d.motor_time_constant_s),
                                     _sample(rng, d.action_latency_s))
         self.action_delay_steps = min(round(action_delay * self.config.physics_hz), self.config.substeps - 1)
-        self.pipeline.reset(self._control_at_rest(), delay, tau, d.action_noise_std,
+        self.pipeline.reset(self._control_at_rest(), delay, self.MOTOR_TIME_CONSTANT + tau, d.action_noise_std,
                             np.random.default_rng(rng.integers(2**63)))
         self._obs_rng = np.random.default_rng(rng.integers(2**63))
         self._steps = 0

@@ -6,8 +6,9 @@ The per-env Gymnasium envs pay ~70 µs of Python per physics step for the Crazyf
 before the batched step equals the per-env ``mj_step1 -> control -> mj_step2``), which is where
 MuJoCo's batched stepping really helps (benchmarks/sim_throughput.py measures it).
 
-Same task, observations, actions (``thrust_body_rates``), reward terms and crash rules as
-``robot_rl/QuadHover-v0``; nominal dynamics only; Gymnasium's next-step autoreset.
+Same task, observations, actions (``thrust_body_rates``), reward terms, crash rules and motor lag (with
+the body-rate loop's lead, :func:`robot_rl.sim.envs.quad_base.lead_motors`) as ``robot_rl/QuadHover-v0``;
+nominal dynamics only; Gymnasium's next-step autoreset.
 """
 
 from __future__ import annotations
@@ -23,7 +24,16 @@ from scipy.spatial.transform import Rotation
 
 from robot_rl.core import SpecError
 from robot_rl.robots import cf2x, scenes
-from robot_rl.sim.envs.quad_base import INERTIA, MAX_BODY_RATE, MAX_DISTANCE, MAX_TILT_COS, MIN_HEIGHT, RATE_GAIN
+from robot_rl.sim.envs.quad_base import (
+    INERTIA,
+    MAX_BODY_RATE,
+    MAX_DISTANCE,
+    MAX_TILT_COS,
+    MIN_HEIGHT,
+    RATE_GAIN,
+    lead_alpha,
+    lead_motors,
+)
 from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE, SUCCESS_SPEED, QuadHoverEnv
 
 GOAL = np.array([0.0, 0.0, 1.0])
@@ -54,6 +64,11 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         self.batch = mj_batch.Batch(self.model, nsim=num_envs, nthread=nthread)
         self.qpos, self.qvel, self.ctrl = self.batch.bind("qpos"), self.batch.bind("qvel"), self.batch.bind("ctrl")
         self.mixer_inv = np.linalg.inv(cf2x.mixer_matrix())
+        self._alpha = lead_alpha(self.model.opt.timestep)
+        self._motors = np.full((num_envs, 4), cf2x.HOVER_THRUST)
+        """Lagged rotor thrusts (the actuator pipeline's state) [N]."""
+        self._estimate = self._motors.copy()
+        """The body-rate loop's model of the motor thrusts [N]."""
         template = QuadHoverEnv()
         self.single_observation_space = template.observation_space
         self.single_action_space = template.action_space
@@ -78,6 +93,13 @@ class BatchedQuadHover(gym.vector.VectorEnv):
             self.qvel[i, cf2x.QVEL_BASE_LINVEL] = rng.uniform(-0.2, 0.2, 3)
         self.batch.forward(ids)
         self._steps[ids] = 0
+        at_rest = np.zeros((len(ids), 4))  # motors spun up to the loop's demand (collective hover, no rates)
+        at_rest[:, 0] = 4 * cf2x.HOVER_THRUST
+        w = self.qvel[ids][:, cf2x.QVEL_BASE_ANGVEL]
+        at_rest[:, 1:] = INERTIA * RATE_GAIN * (0.0 - w) + np.cross(w, INERTIA * w)
+        thrusts = np.clip(np.einsum("ij,nj->ni", self.mixer_inv, at_rest), cf2x.THRUST_MIN, cf2x.THRUST_MAX)
+        self._motors[ids] = thrusts
+        self._estimate[ids] = thrusts
 
     def _observe(self) -> dict[str, np.ndarray]:
         n = self.num_envs
@@ -121,9 +143,10 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         for _ in range(self.substeps):
             w = self.qvel[:, cf2x.QVEL_BASE_ANGVEL]
             wrench[:, 1:] = INERTIA * RATE_GAIN * (rates - w) + np.cross(w, INERTIA * w)
-            thrusts = np.clip(wrench @ self.mixer_inv.T, cf2x.THRUST_MIN, cf2x.THRUST_MAX)
-            self.ctrl[:, cf2x.CTRL_THRUST] = thrusts
-            self.ctrl[:, cf2x.CTRL_YAW_TORQUE] = thrusts * yaw
+            command = lead_motors(np.einsum("ij,nj->ni", self.mixer_inv, wrench), self._estimate, self._alpha)
+            self._motors += self._alpha * (command - self._motors)
+            self.ctrl[:, cf2x.CTRL_THRUST] = self._motors
+            self.ctrl[:, cf2x.CTRL_YAW_TORQUE] = self._motors * yaw
             self.batch.step()
         self._steps += 1
         pos, vel = self.qpos[:, cf2x.QPOS_BASE_POS], self.qvel[:, cf2x.QVEL_BASE_LINVEL]

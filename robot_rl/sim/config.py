@@ -48,7 +48,8 @@ class Randomization:
     """Delay between the controller's command and the actuator [s] (rounded to physics steps). Inside a
     stiff torque loop a few ms destabilise it (on robots that loop runs on the drive, at ~1 ms)."""
     motor_time_constant_s: tuple[float, float] = (0.0, 0.0)
-    """First-order lag of the actuators [s]; 0 applies commands at once."""
+    """First-order lag of the actuators [s], added to the robot's nominal lag (``RobotEnv.MOTOR_TIME_CONSTANT``:
+    the Crazyflie's motors, 0 for the arm and the humanoid, whose torques act at once)."""
     action_noise_std: float = 0.0
     """Gaussian noise on actuator commands, as a fraction of each actuator's control range."""
     observation_noise_std: float = 0.0

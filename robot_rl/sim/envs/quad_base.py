@@ -8,7 +8,11 @@ Actions (``control_mode``):
 * ``motor_commands``: ``motors`` in [0, 1]^4, each rotor's fraction of its maximum thrust.
 
 Rotor thrusts become the model's 8 actuators (4 thrusts + 4 yaw reaction torques) via
-:func:`robot_rl.robots.cf2x.rotor_commands`. The episode terminates on a crash (too low, flipped
+:func:`robot_rl.robots.cf2x.rotor_commands`. The motors lag their commands with the Crazyflie's
+first-order time constant (``cf2x.MOTOR_TIME_CONSTANT``, 0.145 s; Learning to Fly in Seconds uses
+0.15 s): ``motor_commands`` policies face that lag themselves, the body-rate loop leads it (its rotor
+commands run ahead of an internal motor model so thrusts follow at ``MOTOR_LEAD_BANDWIDTH``), as
+flight controllers with motor-dynamics compensation do. The episode terminates on a crash (too low, flipped
 or flown away).
 """
 
@@ -29,6 +33,8 @@ from robot_rl.sim.base_env import RobotEnv
 
 RATE_GAIN = 40.0
 """Proportional gain of the in-loop body-rate controller [1/s] (temporary, until robot_rl.control has one)."""
+MOTOR_LEAD_BANDWIDTH = 40.0
+"""Bandwidth [1/s] at which the body-rate loop's lead makes the lagging motor thrusts follow its demand."""
 INERTIA = np.array(cf2x.INERTIA)
 MIN_HEIGHT = 0.1
 MAX_TILT_COS = np.cos(np.radians(80.0))
@@ -37,10 +43,28 @@ MAX_DISTANCE = 3.0
 or farther than MAX_DISTANCE from the goal."""
 
 
+def lead_motors(desired: np.ndarray, estimate: np.ndarray, alpha: float) -> np.ndarray:
+    """Rotor thrust commands that drive first-order motors towards ``desired`` at ``MOTOR_LEAD_BANDWIDTH``.
+
+    ``estimate`` (updated in place) is the loop's model of the motor thrusts, discretised as the
+    simulator's actuator pipeline does (``alpha = dt / (tau + dt)``); works on (4,) and (N, 4) arrays.
+    """
+    gain = cf2x.MOTOR_TIME_CONSTANT * MOTOR_LEAD_BANDWIDTH
+    command = np.clip(estimate + gain * (desired - estimate), cf2x.THRUST_MIN, cf2x.THRUST_MAX)
+    estimate += alpha * (command - estimate)
+    return command
+
+
+def lead_alpha(dt: float) -> float:
+    """The motor model's per-physics-step update fraction (backward Euler, as the actuator pipeline)."""
+    return dt / (cf2x.MOTOR_TIME_CONSTANT + dt)
+
+
 class QuadEnv(RobotEnv):
     """Base of the quadrotor tasks; subclasses set the goal trajectory and success."""
 
     ROBOT = "cf2x"
+    MOTOR_TIME_CONSTANT = cf2x.MOTOR_TIME_CONSTANT
     RENDER_CAMERA = "overview"
     DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 50.0}
 
@@ -63,6 +87,8 @@ class QuadEnv(RobotEnv):
         self.collective = 4 * cf2x.HOVER_THRUST
         self.rates_cmd = np.zeros(3)
         self._wrench = np.zeros(4)
+        self._motor_estimate = np.full(4, cf2x.HOVER_THRUST)
+        self._lead_alpha = lead_alpha(1.0 / self.config.physics_hz)
 
     def _controlled_actuators(self) -> np.ndarray:
         return actuator_indices(self.model, (*cf2x.THRUST_ACTUATORS, *cf2x.YAW_TORQUE_ACTUATORS))
@@ -125,9 +151,22 @@ class QuadEnv(RobotEnv):
         self.goal, self.goal_vel = self._goal_at(t)
         self.data.mocap_pos[self.goal_mocap] = self.goal
 
+    def _control_at_rest(self) -> np.ndarray:
+        """The motors start spun up to what the body-rate loop demands (or to the motor command)."""
+        mujoco.mj_forward(self.model, self.data)
+        if self.mode == ControlMode.MOTOR_COMMANDS:
+            return cf2x.rotor_commands(self.thrust_cmd)
+        desired = np.clip(self._desired_thrusts(), cf2x.THRUST_MIN, cf2x.THRUST_MAX)
+        self._motor_estimate = desired.copy()
+        return cf2x.rotor_commands(desired)
+
     def _control(self) -> np.ndarray:
         if self.mode == ControlMode.MOTOR_COMMANDS:
             return cf2x.rotor_commands(self.thrust_cmd)
+        return cf2x.rotor_commands(lead_motors(self._desired_thrusts(), self._motor_estimate, self._lead_alpha))
+
+    def _desired_thrusts(self) -> np.ndarray:
+        """Rotor thrusts for the collective thrust and the body-rate loop's torques (unclipped)."""
         w = self.data.qvel[cf2x.QVEL_BASE_ANGVEL]
         jw = INERTIA * w
         wrench = self._wrench
@@ -136,7 +175,7 @@ class QuadEnv(RobotEnv):
         wrench[1] += w[1] * jw[2] - w[2] * jw[1]  # gyroscopic term w x Jw, written out (np.cross is slow)
         wrench[2] += w[2] * jw[0] - w[0] * jw[2]
         wrench[3] += w[0] * jw[1] - w[1] * jw[0]
-        return cf2x.rotor_commands(self.mixer_inv @ wrench)
+        return self.mixer_inv @ wrench
 
     # ---- observation / reward -------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:

@@ -19,9 +19,11 @@ from robot_rl.sim.envs.quad_base import MAX_BODY_RATE
 class HoverExpert:
     """``act(obs)`` for ``thrust_body_rates`` actions; tracks ``goal_pos`` with ``goal_vel`` feed-forward."""
 
-    def __init__(self, kp: float = 12.0, kd: float = 6.0, k_att: float = 16.0, yaw: float = 0.0,
+    def __init__(self, kp: float = 12.0, kd: float = 6.0, k_att: float = 8.0, k_yaw: float = 4.0, yaw: float = 0.0,
                  mass: float = cf2x.MASS) -> None:
-        self.kp, self.kd, self.k_att, self.yaw, self.mass = kp, kd, k_att, yaw, mass
+        # attitude gains sized for the lagging motors (cf2x.MOTOR_TIME_CONSTANT behind a 40/s lead):
+        # k_att 16 (tuned when motors acted at once) tips the drone over; yaw has the least authority
+        self.kp, self.kd, self.k_att, self.k_yaw, self.yaw, self.mass = kp, kd, k_att, k_yaw, yaw, mass
 
     def reset(self) -> None:
         """Nothing to forget."""
@@ -41,6 +43,6 @@ class HoverExpert:
         rot_d = np.stack([np.cross(y_d, z_d), y_d, z_d], axis=1)
         e = rot_d.T @ rot - rot.T @ rot_d
         e_rot = 0.5 * np.array([e[2, 1], e[0, 2], e[1, 0]])
-        rates = -self.k_att * e_rot
+        rates = -np.array([self.k_att, self.k_att, self.k_yaw]) * e_rot
         collective = np.clip(thrust / (4 * cf2x.THRUST_MAX), 0.0, 1.0)
         return np.r_[collective, np.clip(rates / MAX_BODY_RATE, -1.0, 1.0)].astype(np.float32)
