@@ -88,3 +88,15 @@ def test_hover_thrust_balances_gravity() -> None:
 
 def test_check_env_quad() -> None:
     check_env(gym.make("robot_rl/QuadTrack-v0").unwrapped, skip_render_check=True)
+
+
+def test_the_observation_carries_the_applied_previous_action() -> None:
+    """``last_action`` starts at the hover action and then reports what was applied (clipped), in both modes."""
+    for mode, hover in (("thrust_body_rates", [cf2x.HOVER_THRUST / cf2x.THRUST_MAX, 0, 0, 0]),
+                        ("motor_commands", [cf2x.HOVER_THRUST / cf2x.THRUST_MAX] * 4)):
+        env = gym.make("robot_rl/QuadHover-v0", control_mode=mode)
+        obs, _ = env.reset(seed=0)
+        np.testing.assert_allclose(obs["last_action"], hover, atol=1e-6)
+        action = np.array([0.7, 1.5, -0.3, -2.0], np.float32)
+        obs, *_ = env.step(action)
+        np.testing.assert_allclose(obs["last_action"], np.clip(action, env.action_space.low, env.action_space.high))

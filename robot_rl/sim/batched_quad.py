@@ -69,6 +69,8 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         """Lagged rotor thrusts (the actuator pipeline's state) [N]."""
         self._estimate = self._motors.copy()
         """The body-rate loop's model of the motor thrusts [N]."""
+        self._hover_action = np.array([cf2x.HOVER_THRUST / cf2x.THRUST_MAX, 0.0, 0.0, 0.0])
+        self._last_action = np.tile(self._hover_action, (num_envs, 1))
         template = QuadHoverEnv()
         self.single_observation_space = template.observation_space
         self.single_action_space = template.action_space
@@ -100,6 +102,7 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         thrusts = np.clip(np.einsum("ij,nj->ni", self.mixer_inv, at_rest), cf2x.THRUST_MIN, cf2x.THRUST_MAX)
         self._motors[ids] = thrusts
         self._estimate[ids] = thrusts
+        self._last_action[ids] = self._hover_action
 
     def _observe(self) -> dict[str, np.ndarray]:
         n = self.num_envs
@@ -110,6 +113,7 @@ class BatchedQuadHover(gym.vector.VectorEnv):
             "angvel": self.qvel[:, cf2x.QVEL_BASE_ANGVEL].astype(np.float32),
             "goal_pos": np.tile(GOAL, (n, 1)).astype(np.float32),
             "goal_vel": np.zeros((n, 3), np.float32),
+            "last_action": self._last_action.astype(np.float32),
         }
 
     # ---- gym API --------------------------------------------------------------------------------
@@ -137,6 +141,7 @@ class BatchedQuadHover(gym.vector.VectorEnv):
             self._reset_envs(restarting)
         collective = a[:, 0] * 4 * cf2x.THRUST_MAX
         rates = a[:, 1:] * MAX_BODY_RATE
+        self._last_action = a.copy()
         wrench = np.empty((self.num_envs, 4))
         wrench[:, 0] = collective
         yaw = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE

@@ -87,6 +87,7 @@ class QuadEnv(RobotEnv):
         self.collective = 4 * cf2x.HOVER_THRUST
         self.rates_cmd = np.zeros(3)
         self._wrench = np.zeros(4)
+        self.last_action = self._hover_action()
         self._motor_estimate = np.full(4, cf2x.HOVER_THRUST)
         self._lead_alpha = lead_alpha(1.0 / self.config.physics_hz)
 
@@ -101,6 +102,9 @@ class QuadEnv(RobotEnv):
             "angvel": FieldSpec((3,), description="body rates [rad/s]"),
             "goal_pos": FieldSpec((3,), description="goal position [m]"),
             "goal_vel": FieldSpec((3,), description="goal velocity [m/s]"),
+            "last_action": FieldSpec((4,), description="the previous action as applied (after clipping); the "
+                                     "lagging motors still answer to it (Learning to Fly in Seconds feeds "
+                                     "an action history for the same reason)"),
         }
 
     def _action_spec(self) -> ActionSpec:
@@ -138,9 +142,16 @@ class QuadEnv(RobotEnv):
         self.collective = 4 * cf2x.HOVER_THRUST
         self.rates_cmd = np.zeros(3)
         self.data.mocap_pos[self.goal_mocap] = self.goal
+        self.last_action = self._hover_action()
+
+    def _hover_action(self) -> np.ndarray:
+        """The action that holds a level drone still (what the motors do at reset)."""
+        frac = cf2x.HOVER_THRUST / cf2x.THRUST_MAX
+        return np.full(4, frac) if self.mode == ControlMode.MOTOR_COMMANDS else np.array([frac, 0.0, 0.0, 0.0])
 
     # ---- control --------------------------------------------------------------------------------
     def _apply_action(self, action: dict[str, np.ndarray]) -> None:
+        self.last_action = self.action_spec.join(action)
         if self.mode == ControlMode.MOTOR_COMMANDS:
             self.thrust_cmd = action["motors"].astype(np.float64) * cf2x.THRUST_MAX
             return
@@ -181,7 +192,7 @@ class QuadEnv(RobotEnv):
     def _observe(self) -> dict[str, np.ndarray]:
         pos, quat, lin, ang = self.state()
         obs = {"position": pos, "quat": quat, "linvel": lin, "angvel": ang, "goal_pos": self.goal,
-               "goal_vel": self.goal_vel}
+               "goal_vel": self.goal_vel, "last_action": self.last_action}
         return {k: np.asarray(v, dtype=np.float32).copy() for k, v in obs.items()}
 
     def error(self) -> float:
