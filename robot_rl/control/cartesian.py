@@ -18,9 +18,11 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from robot_rl.control import kernels
 from robot_rl.control.arm_model import MujocoArmModel
 from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.joint_pd import per_joint
+from robot_rl.control.kernels.mujoco_c import address
 from robot_rl.control.rotations import mat_to_quat
 from robot_rl.control.targets import JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
 from robot_rl.core.config import ConfigError
@@ -107,7 +109,13 @@ class CartesianConfig:
 
 
 class CartesianImpedanceController(Controller):
-    """Compliant end-effector pose tracking for a torque-controlled arm (see module docstring)."""
+    """Compliant end-effector pose tracking for a torque-controlled arm (see module docstring).
+
+    Its memory (filtered target, stiffness, previous torque, last stamp) and current targets live in fixed
+    float64 arrays updated in place, so the compiled law (:func:`robot_rl.control.kernels.compiled.cartesian_torque`,
+    the default; :meth:`compute_reference` is the numpy reference it equals) and compiled physics loops
+    (:meth:`kernel_args`) work on the very same state.
+    """
 
     def __init__(self, config: CartesianConfig, embodiment: Embodiment, model: MujocoArmModel) -> None:
         n = embodiment.n_joints
@@ -116,39 +124,63 @@ class CartesianImpedanceController(Controller):
         self.config = config
         self.embodiment = embodiment
         self.model = model
-        self.effort = np.asarray(embodiment.limits.effort)
-        self.lower = np.asarray(embodiment.limits.position_lower)
-        self.upper = np.asarray(embodiment.limits.position_upper)
+        self.effort = np.asarray(embodiment.limits.effort, dtype=np.float64)
+        self.lower = np.asarray(embodiment.limits.position_lower, dtype=np.float64)
+        self.upper = np.asarray(embodiment.limits.position_upper, dtype=np.float64)
         self.k_ns = per_joint("CartesianConfig.nullspace_stiffness", config.nullspace_stiffness, n)
         self.d_ns = (2.0 * config.nullspace_damping_ratio * np.sqrt(self.k_ns) if config.nullspace_damping is None
                      else per_joint("CartesianConfig.nullspace_damping", config.nullspace_damping, n))
-        self._damping = None if config.damping is None else np.asarray(config.damping, dtype=np.float64)
+        self._damping = np.zeros(6) if config.damping is None else np.asarray(config.damping, dtype=np.float64)
         self.stop_kd = per_joint("CartesianConfig.stop_damping", config.stop_damping, n)
         self.clip = np.repeat(np.asarray(config.error_clip, dtype=np.float64), 3)
         self.max_k = np.repeat(np.asarray(config.max_stiffness, dtype=np.float64), 3)
         self._lower_band = self.lower + config.joint_limit_range
         self._upper_band = self.upper - config.joint_limit_range
-        self._stiffness_target = np.asarray(config.stiffness, dtype=np.float64)
-        self.stiffness = self._stiffness_target.copy()
-        self._stiffness_moving = True
-        self._damp = np.zeros(6)
-        self._err = np.zeros(6)
-        self._rv = np.zeros(3)
-        self._q_ee = np.zeros(4)
+        # targets
         self._target: PoseTarget | None = None
+        self._target_pos, self._target_quat = np.zeros(3), np.array([1.0, 0.0, 0.0, 0.0])
+        self._twist, self._has_twist = np.zeros(6), np.zeros(1, dtype=np.bool_)
+        self._stiffness_target = np.asarray(config.stiffness, dtype=np.float64).copy()
+        self._wrench = np.zeros(6)
+        self._q_ref = np.zeros(n)
+        # memory
         self._pos_f = np.zeros(3)
         self._quat_f = np.array([1.0, 0.0, 0.0, 0.0])
-        self._q_ref = np.zeros(n)
-        self._wrench = np.zeros(6)
-        self._tau_prev: np.ndarray | None = None
-        self._last_stamp: float | None = None
-        self.last_error = np.zeros(6)
+        self.stiffness = self._stiffness_target.copy()
+        self._moving = np.ones(1, dtype=np.bool_)
+        self._damp = np.zeros(6)
+        self._err = np.zeros(6)
+        self._tau_prev = np.zeros(n)
+        self._has_prev = np.zeros(1, dtype=np.bool_)
+        self._last_stamp = np.full(1, np.nan)
+        nv = model.model.nv  # the compiled law's workspace: full-width Jacobians
+        self._jac_full, self._jm_full, self._jac_com = np.zeros((6, nv)), np.zeros((6, nv)), np.zeros((3, nv))
+        self._kernels = kernels.load()
+        self._params = (None if self._kernels is None
+                        else self._kernels.cartesian_params(config, model.root_body))
+
+    @property
+    def last_error(self) -> np.ndarray:
         """Pose error of the last tick after clipping (translation, rotation vector), for diagnostics."""
+        return self._err
 
     @property
     def n_commands(self) -> int:
         """One torque per arm joint."""
         return self.embodiment.n_joints
+
+    @property
+    def compiled(self) -> bool:
+        """Whether :meth:`compute` runs the compiled law (False: the numpy reference)."""
+        return self._kernels is not None
+
+    @compiled.setter
+    def compiled(self, value: bool) -> None:
+        self._kernels = kernels.load() if value else None
+        if value and self._kernels is None:
+            raise RuntimeError(f"compiled kernels unavailable: {kernels.unavailable_reason()}")
+        if self._kernels is not None and self._params is None:
+            self._params = self._kernels.cartesian_params(self.config, self.model.root_body)
 
     def _current_pose(self, state: RobotState) -> PoseTarget:
         self.model.update(state)
@@ -157,19 +189,26 @@ class CartesianImpedanceController(Controller):
     def reset(self, state: RobotState) -> None:
         """Hold the current pose and posture; forget wrench, stiffness changes and filters."""
         self.hold(state)
-        self._q_ref = state.q.copy()
-        self._stiffness_target = np.asarray(self.config.stiffness, dtype=np.float64)
-        self.stiffness = self._stiffness_target.copy()
-        self._stiffness_moving = True
+        self._q_ref[:] = state.q
+        self._stiffness_target[:] = self.config.stiffness
+        self.stiffness[:] = self._stiffness_target
+        self._moving[0] = True
 
     def hold(self, state: RobotState) -> None:
         """Hold the current end-effector pose (stiffness and posture reference kept)."""
         pose = self._current_pose(state)
-        self._target = pose
-        self._pos_f, self._quat_f = pose.position.copy(), pose.quat.copy()
-        self._wrench = np.zeros(6)
-        self._tau_prev = None
-        self._last_stamp = None
+        self._set_pose(pose)
+        self._pos_f[:], self._quat_f[:] = pose.position, pose.quat
+        self._wrench[:] = 0.0
+        self._has_prev[0] = False
+        self._last_stamp[0] = np.nan
+
+    def _set_pose(self, target: PoseTarget) -> None:
+        self._target = target
+        self._target_pos[:], self._target_quat[:] = target.position, target.quat
+        self._has_twist[0] = target.twist is not None
+        if target.twist is not None:
+            self._twist[:] = target.twist
 
     def current_target(self) -> PoseTarget | None:
         """The pose target (before the per-tick filter)."""
@@ -180,41 +219,66 @@ class CartesianImpedanceController(Controller):
         n = self.embodiment.n_joints
         if isinstance(target, PoseTarget):
             if self._target is None:
-                self._pos_f, self._quat_f = target.position.copy(), target.quat.copy()
-            self._target = target
+                self._pos_f[:], self._quat_f[:] = target.position, target.quat
+            self._set_pose(target)
         elif isinstance(target, JointTarget):
             if target.q.shape != (n,):
                 raise TargetRejected(f"JointTarget.q: expected {n} joints, got {target.q.size}")
             if np.any((target.q < self.lower) | (target.q > self.upper)):
                 raise TargetRejected("JointTarget.q: posture reference outside the joint limits")
-            self._q_ref = target.q.copy()
+            self._q_ref[:] = target.q
         elif isinstance(target, WrenchTarget):
-            self._wrench = np.concatenate([target.force, target.torque])
+            self._wrench[:3], self._wrench[3:] = target.force, target.torque
         elif isinstance(target, StiffnessTarget):
-            self._stiffness_target = np.minimum(target.stiffness, self.max_k)
-            self._stiffness_moving = True
+            self._stiffness_target[:] = np.minimum(target.stiffness, self.max_k)
+            self._moving[0] = True
         else:
             raise TargetRejected(f"CartesianImpedanceController: unsupported target {type(target).__name__}")
 
+    def kernel_args(self) -> tuple:
+        """The arguments of the compiled law between ``q, dq`` and ``stamp, out`` (live arrays, for compiled loops)."""
+        if self._params is None:
+            raise RuntimeError(f"compiled kernels unavailable: {kernels.unavailable_reason()}")
+        m = self.model
+        return (m.site_id, m.dof_idx, m.data.site_xpos, m.data.site_xmat, m.data.qfrc_bias, m.model.body_subtreemass,
+                m.model.opt.gravity, self._jac_full, self._jm_full, self._jac_com, self._params, self.k_ns, self.d_ns,
+                self.effort, self._lower_band, self._upper_band, self.clip, self._damping, self._target_pos,
+                self._target_quat, self._twist, self._has_twist, self._stiffness_target, self._wrench, self._q_ref,
+                self._pos_f, self._quat_f, self.stiffness, self._moving, self._damp, self._err, self._tau_prev,
+                self._has_prev, self._last_stamp)
+
+    def compute(self, state: RobotState, stamp: float) -> np.ndarray:
+        """Joint torques for this tick (the compiled law; :meth:`compute_reference` without kernels)."""
+        if self._kernels is None:
+            return self.compute_reference(state, stamp)
+        if self._target is None:
+            self.reset(state)
+        self.model.update(state)
+        out = np.empty(self.embodiment.n_joints)
+        m = self.model
+        self._kernels.cartesian_torque(address(m.model), address(m.data), np.ascontiguousarray(state.q),
+                                       np.ascontiguousarray(state.dq), *self.kernel_args(), float(stamp), out)
+        return out
+
     def _ticks(self, stamp: float) -> float:
         """How many ``tick_hz`` ticks this one is worth (1 when stamps do not advance)."""
-        dt = 0.0 if self._last_stamp is None else stamp - self._last_stamp
-        self._last_stamp = stamp
+        dt = 0.0 if np.isnan(self._last_stamp[0]) else stamp - float(self._last_stamp[0])
+        self._last_stamp[0] = stamp
         return min(dt * self.config.tick_hz, 100.0) if dt > 0 else 1.0
 
     def _filter(self, ticks: float) -> None:
-        assert self._target is not None
         a = self.config.target_filter
         if ticks != 1.0:
             a = 1.0 - (1.0 - a) ** ticks
-        self._pos_f += a * (self._target.position - self._pos_f)
-        mujoco.mju_subQuat(self._rv, self._target.quat, self._quat_f)  # quat_f * exp(rv) = target
-        mujoco.mju_quatIntegrate(self._quat_f, self._rv, a)
-        if self._stiffness_moving:
+        self._pos_f += a * (self._target_pos - self._pos_f)
+        rv = np.empty(3)
+        mujoco.mju_subQuat(rv, self._target_quat, self._quat_f)  # quat_f * exp(rv) = target
+        mujoco.mju_quatIntegrate(self._quat_f, rv, a)
+        if self._moving[0]:
             self.stiffness += a * (self._stiffness_target - self.stiffness)
-            self._stiffness_moving = bool(np.any(np.abs(self._stiffness_target - self.stiffness) > 1e-9))
-            self._damp = (2.0 * self.config.damping_ratio * np.sqrt(self.stiffness) if self._damping is None
-                          else self._damping)
+            self._moving[0] = bool(np.any(np.abs(self._stiffness_target - self.stiffness) > 1e-9))
+            self._damp[:] = (2.0 * self.config.damping_ratio * np.sqrt(self.stiffness) if self.config.damping is None
+                             else self._damping)
 
     def _joint_limit_torque(self, q: np.ndarray) -> np.ndarray | float:
         rng, tmax = self.config.joint_limit_range, self.config.joint_limit_torque
@@ -233,8 +297,8 @@ class CartesianImpedanceController(Controller):
         mujoco.mju_cholSolve(x, a, b)
         return x
 
-    def compute(self, state: RobotState, stamp: float) -> np.ndarray:
-        """Joint torques for this tick."""
+    def compute_reference(self, state: RobotState, stamp: float) -> np.ndarray:
+        """Joint torques for this tick: the readable numpy law the compiled kernel reproduces."""
         if self._target is None:
             self.reset(state)
         self.model.update(state)
@@ -244,16 +308,16 @@ class CartesianImpedanceController(Controller):
         m = self.model
         e = self._err
         e[:3] = self._pos_f - m.ee_position()
-        mujoco.mju_mat2Quat(self._q_ee, m.data.site_xmat[m.site_id])
-        mujoco.mju_subQuat(self._rv, self._quat_f, self._q_ee)  # rotation error in the EE frame
-        e[3:] = m.ee_rotation() @ self._rv  # ... expressed in the world frame
+        q_ee, rv = np.empty(4), np.empty(3)
+        mujoco.mju_mat2Quat(q_ee, m.data.site_xmat[m.site_id])
+        mujoco.mju_subQuat(rv, self._quat_f, q_ee)  # rotation error in the EE frame
+        e[3:] = m.ee_rotation() @ rv  # ... expressed in the world frame
         np.minimum(e, self.clip, out=e)
         np.maximum(e, -self.clip, out=e)
-        self.last_error = e
         jac = m.jacobian()
         velocity = jac @ state.dq
-        if self._target is not None and self._target.twist is not None:
-            velocity -= self._target.twist  # damp the velocity error, not the velocity
+        if self._has_twist[0]:
+            velocity -= self._twist  # damp the velocity error, not the velocity
         force = self.stiffness * e - self._damp * velocity
         if cfg.operational_space or cfg.nullspace_projector == "dynamic":
             jm = m.jacobian_inverse_inertia()  # J M⁻¹
@@ -277,11 +341,11 @@ class CartesianImpedanceController(Controller):
         tau += self._joint_limit_torque(state.q)
         np.minimum(tau, self.effort, out=tau)  # no wind-up of the rate limiter beyond the motors
         np.maximum(tau, -self.effort, out=tau)
-        if cfg.max_delta_tau is not None and self._tau_prev is not None:
+        if cfg.max_delta_tau is not None and self._has_prev[0]:
             step = cfg.max_delta_tau * ticks
             np.minimum(tau, self._tau_prev + step, out=tau)
             np.maximum(tau, self._tau_prev - step, out=tau)
-        self._tau_prev = tau
+        self._tau_prev[:], self._has_prev[0] = tau, True
         if cfg.gravity_compensation and cfg.coriolis_compensation:
             tau = tau + m.bias()
         elif cfg.gravity_compensation:

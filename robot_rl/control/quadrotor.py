@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from robot_rl.control import kernels
 from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.rotations import quat_to_mat, quat_yaw
 from robot_rl.control.targets import BodyRateTarget, FlightTarget
@@ -150,11 +151,16 @@ def cross3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
 
 
+_ZERO3 = np.zeros(3)  # an absent feed-forward for the compiled law (never written)
+
+
 class QuadrotorController(Controller):
     """Cascaded position/attitude/rate controller; ``compute`` returns per-rotor thrusts [N] (4 values).
 
     The simulator maps them to its actuators (thrust + yaw-torque motors) through a motor model;
-    a real vehicle maps them to ESC commands with :class:`ThrustCurve`.
+    a real vehicle maps them to ESC commands with :class:`ThrustCurve`. After the fail-safe logic,
+    ``compute`` runs the compiled law (:func:`robot_rl.control.kernels.compiled.quadrotor_thrusts`), which
+    equals the numpy reference :meth:`compute_reference` and updates the same memory arrays in place.
     """
 
     def __init__(self, config: QuadrotorConfig, params: QuadrotorParams) -> None:
@@ -169,12 +175,31 @@ class QuadrotorController(Controller):
         self._target: FlightTarget | None = None
         self._rates: BodyRateTarget | None = None
         self._integral = np.zeros(3)
-        self._last_stamp: float | None = None
+        self._last_stamp = np.full(1, np.nan)
+        """Stamp of the last compute (NaN: none yet); an array so the compiled law updates it in place."""
         self._hold_since: float | None = None
         self._hold_z = 0.0
         self._motor_est = np.full(4, params.mass * params.gravity / 4)
         self.landed = False
         """True once the fail-safe landing has switched the motors off."""
+        self._kernels = kernels.load()
+        self._params: np.ndarray | None = None
+        self._gains: np.ndarray | None = None
+        if self._kernels is not None:
+            self._params, self._gains = self._kernels.quadrotor_params(config, params)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether :meth:`compute` runs the compiled law (False: the numpy reference)."""
+        return self._kernels is not None
+
+    @compiled.setter
+    def compiled(self, value: bool) -> None:
+        self._kernels = kernels.load() if value else None
+        if value and self._kernels is None:
+            raise RuntimeError(f"compiled kernels unavailable: {kernels.unavailable_reason()}")
+        if self._kernels is not None and self._params is None:
+            self._params, self._gains = self._kernels.quadrotor_params(self.config, self.params)
 
     @property
     def n_commands(self) -> int:
@@ -185,11 +210,11 @@ class QuadrotorController(Controller):
         """Hover where the vehicle is, heading kept; forget the integral and any landing."""
         self._target = FlightTarget(self._pos(state), self._yaw(state))
         self._rates = None
-        self._integral = np.zeros(3)
-        self._last_stamp = None
+        self._integral[:] = 0.0
+        self._last_stamp[0] = np.nan
         self._hold_since = None
         self.landed = False
-        self._motor_est = np.full(4, self.params.mass * self.params.gravity / 4)
+        self._motor_est[:] = self.params.mass * self.params.gravity / 4
 
     def hold(self, state: RobotState) -> None:
         """Fail-safe: hover here for ``hover_time``, then descend at ``land_speed`` and stop the motors."""
@@ -230,7 +255,14 @@ class QuadrotorController(Controller):
         return quat_yaw(state.base_quat) if state.base_quat is not None else 0.0
 
     def compute(self, state: RobotState, stamp: float) -> np.ndarray:
-        """Per-rotor thrusts [N] for this tick."""
+        """Per-rotor thrusts [N] for this tick (the compiled law; the numpy reference without kernels)."""
+        return self._compute(state, stamp, self._kernels is not None)
+
+    def compute_reference(self, state: RobotState, stamp: float) -> np.ndarray:
+        """:meth:`compute` with the readable numpy law the compiled kernel reproduces."""
+        return self._compute(state, stamp, False)
+
+    def _compute(self, state: RobotState, stamp: float, compiled: bool) -> np.ndarray:
         if self._target is None:
             self.reset(state)
         cfg, prm = self.config, self.params
@@ -250,14 +282,26 @@ class QuadrotorController(Controller):
                 return np.zeros(4)
             target = FlightTarget(np.array([target.position[0], target.position[1], z]), target.yaw,
                                   np.array([0.0, 0.0, -cfg.land_speed if descent > 0 and z > 0 else 0.0]))
-        dt = 0.0 if self._last_stamp is None else max(0.0, stamp - self._last_stamp)
-        self._last_stamp = stamp
-        if self._rates is not None and self._hold_since is None:
-            return self._lead(self.mix(self._rates.thrust, self._rate_loop(self._rates.rates, state.base_angvel)), dt)
+        rates = self._rates if self._hold_since is None else None
+        if compiled:
+            assert self._kernels is not None
+            out = np.empty(4)
+            self._kernels.quadrotor_thrusts(
+                pos, state.base_quat, state.base_linvel, state.base_angvel, target.position, float(target.yaw),
+                _ZERO3 if target.velocity is None else target.velocity,
+                _ZERO3 if target.acceleration is None else target.acceleration, target.acceleration is not None,
+                rates is not None, _ZERO3 if rates is None else rates.rates, 0.0 if rates is None else rates.thrust,
+                self._params, self._gains, self.inertia, self.mixer_inv, self._integral, self._motor_est,
+                self._last_stamp, float(stamp), out)
+            return out
+        dt = 0.0 if np.isnan(self._last_stamp[0]) else max(0.0, stamp - float(self._last_stamp[0]))
+        self._last_stamp[0] = stamp
+        if rates is not None:
+            return self._lead(self.mix(rates.thrust, self._rate_loop(rates.rates, state.base_angvel)), dt)
         err = target.position - pos
         vel_ref = np.zeros(3) if target.velocity is None else target.velocity
         lim = cfg.integral_limit
-        self._integral = np.minimum(np.maximum(self._integral + self._pos_ki * (err * dt), -lim), lim)
+        self._integral[:] = np.minimum(np.maximum(self._integral + self._pos_ki * (err * dt), -lim), lim)
         acc = self._pos_kp * err + self._pos_kd * (vel_ref - state.base_linvel) + self._integral
         if target.acceleration is not None:
             acc = acc + target.acceleration
