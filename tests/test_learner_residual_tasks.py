@@ -47,7 +47,7 @@ def test_a_short_residual_run_reduces_the_stand_in_tracking_error(tmp_path: Path
     torch.set_num_threads(1)
     cfg = load_config(ResidualConfig, {"base": "expert", "scale": 0.15, "warmup_steps": 400, "reward": "env",
                                        "sac": {"hidden": 64, "num_critics": 2, "batch_size": 128, "utd_ratio": 2,
-                                               "actor_delay": 300, "residual_penalty": 0.1}})
+                                               "actor_delay": 300, "residual_penalty": 0.0}})
     env = TaskReward(gym.make(TRACK, max_episode_steps=STEPS), cfg.reward)
     before = tracking_error(ResidualAgent(expert_for(env)))
     algo, trained, seconds = train_residual(cfg, env, tmp_path, EPISODES)
@@ -55,12 +55,14 @@ def test_a_short_residual_run_reduces_the_stand_in_tracking_error(tmp_path: Path
     print(f"tracking error: expert {before * 100:.1f} cm -> expert + residual {after * 100:.1f} cm "
           f"({EPISODES} episodes, {algo.updates} updates, {seconds:.0f} s)")
     assert before > 0.10
-    assert after < 0.75 * before
+    assert after < 0.88 * before
 
 
-EPISODES = 20
-"""Training episodes of the tracking test (the first 2 are the warm-up); measured 15.4 -> 9.0 cm, ~40 s of
-one CPU core for 3600 updates (10 episodes: 20.5 cm, worse than the expert: the first versions overshoot)."""
+EPISODES = 40
+"""Training episodes of the tracking test (the first 2 are the warm-up). With the Crazyflie's motor lag
+(0.145 s) measured 15.4 -> 12.0 cm, ~35 s of one CPU core for 6600 updates (60 episodes: 12.1 cm; 20 episodes
+with a residual penalty of 0.1: 23.1 cm, worse than the expert). Before the lag was modelled the same test
+reached 9.0 cm in 20 episodes: a lagging drone is harder to correct step by step."""
 
 
 @pytest.mark.parametrize("name", ["online_quad_track_residual", "online_humanoid_residual"])
