@@ -1,9 +1,10 @@
 """Simulation throughput: env steps/s against a raw mj_step loop of the same model, vectorised
 throughput (sync vs async Gymnasium vector envs, mujoco.rollout threads) and offscreen render FPS.
 
-Everything in one run so the ratios are measured side by side on the same (shared, 2-core) machine:
+Everything in one run so the ratios are measured side by side on the same (shared, 2-core) machine; the
+env rows compare the compiled physics loops (robot_rl.control.kernels) with the Python callback loop:
 
-    MUJOCO_GL=egl .venv/bin/python benchmarks/sim_throughput.py [--seconds 2]
+    MUJOCO_GL=egl .venv/bin/python benchmarks/sim_throughput.py [--seconds 2] [--repeats 3] [--only-env]
 """
 
 from __future__ import annotations
@@ -34,8 +35,14 @@ def rate(fn: Callable[[], int], seconds: float) -> float:
     return done / (time.perf_counter() - t0)
 
 
-def raw_vs_env(env_id: str, seconds: float) -> tuple[float, float, int]:
-    """(raw mj_step physics steps/s, env physics steps/s with controller + expert, substeps)."""
+def raw_vs_env(env_id: str, seconds: float, repeats: int) -> dict[str, float]:
+    """Physics steps/s of a raw mj_step loop and of the env, compiled and Python paths, side by side.
+
+    Per repeat, in one run: ``raw`` (Python loop of mj_step, zero ctrl), ``loop_c``/``loop_py`` (the env's
+    physics stretch alone, ``run_physics``: controller + actuator pipeline at every physics step, compiled
+    loop / Python callback loop) and ``env_c``/``env_py`` (whole ``env.step`` with the scripted expert:
+    observation, reward, IK and expert included). Returns medians over repeats of rates and of ratios to raw.
+    """
     env = gym.make(env_id)
     base = env.unwrapped
     m = base.model
@@ -44,6 +51,9 @@ def raw_vs_env(env_id: str, seconds: float) -> tuple[float, float, int]:
     d.qpos[:] = base.data.qpos
     mujoco.mj_forward(m, d)
     start = full_state(m, d)
+    env_start = full_state(m, base.data)
+    sub = base.physics_steps
+    chunks = max(1, 250 // sub)
 
     def raw() -> int:  # zero ctrl, restarted every 0.5 s so the robot stays near its task posture
         mujoco.mj_setState(m, d, start, mujoco.mjtState.mjSTATE_FULLPHYSICS)
@@ -51,17 +61,36 @@ def raw_vs_env(env_id: str, seconds: float) -> tuple[float, float, int]:
             mujoco.mj_step(m, d)
         return 250
 
-    raw_rate = rate(raw, seconds)
+    def physics() -> int:  # the env's policy-step stretches of physics, holding the reset targets
+        mujoco.mj_setState(m, base.data, env_start, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        for _ in range(chunks):
+            base.run_physics(sub)
+        return chunks * sub
+
     expert = expert_for(env)
     state = {"obs": env.reset(seed=0)[0]}
 
     def env_steps() -> int:
         obs, _, terminated, truncated, _ = env.step(expert.act(state["obs"]))
         state["obs"] = env.reset()[0] if terminated or truncated else obs
-        return 1
+        return sub
 
-    env_rate = rate(env_steps, seconds)
-    return raw_rate, env_rate * base.physics_steps, base.physics_steps
+    runs: dict[str, list[float]] = {k: [] for k in ("raw", "loop_c", "loop_py", "env_c", "env_py")}
+    for _ in range(repeats):
+        runs["raw"].append(rate(raw, seconds))
+        for compiled, tag in ((True, "c"), (False, "py")):
+            base.compiled_physics = compiled
+            env.reset(seed=0)
+            env_start = full_state(m, base.data)
+            runs[f"loop_{tag}"].append(rate(physics, seconds))
+            state["obs"] = env.reset(seed=0)[0]
+            runs[f"env_{tag}"].append(rate(env_steps, seconds))
+    base.compiled_physics = base.backend.compiled_available
+    out = {k: float(np.median(v)) for k, v in runs.items()}
+    for k in ("loop_c", "loop_py", "env_c", "env_py"):
+        out[k + "/raw"] = float(np.median(np.array(runs[k]) / np.array(runs["raw"])))
+    out["substeps"] = sub
+    return out
 
 
 def vector_rate(env_id: str, n: int, asynchronous: bool, seconds: float) -> float:
@@ -120,14 +149,23 @@ def render_fps(size: int, shadows: bool, seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating repeats of the raw-vs-env runs")
+    parser.add_argument("--only-env", action="store_true", help="stop after the raw-vs-env table (P2)")
     args = parser.parse_args()
     s = args.seconds
-    print("## raw mj_step vs env (controller at every physics step + expert at policy rate)")
-    print("| env | raw mj_step steps/s | env physics steps/s | env / raw | env steps/s |")
-    print("|---|---|---|---|---|")
+    print("## raw mj_step vs env physics steps/s (P2, goal >= 0.85; medians of alternating repeats)")
+    print("physics stretch = run_physics: controller + actuator pipeline at every physics step, holding targets;")
+    print("env.step = the same plus observation, reward and the scripted expert at policy rate")
+    print("| env | raw mj_step | stretch compiled | / raw | stretch Python | / raw | env.step compiled | / raw "
+          "| env.step Python | / raw | env steps/s compiled |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for env_id in ("robot_rl/ArmPickLift-v0", "robot_rl/HumanoidStand-v0", "robot_rl/QuadHover-v0"):
-        raw, env_rate, sub = raw_vs_env(env_id, s)
-        print(f"| {env_id} | {raw:,.0f} | {env_rate:,.0f} | {env_rate / raw:.2f} | {env_rate / sub:,.0f} |")
+        r = raw_vs_env(env_id, s, args.repeats)
+        print(f"| {env_id} | {r['raw']:,.0f} | {r['loop_c']:,.0f} | {r['loop_c/raw']:.2f} | {r['loop_py']:,.0f} "
+              f"| {r['loop_py/raw']:.2f} | {r['env_c']:,.0f} | {r['env_c/raw']:.2f} | {r['env_py']:,.0f} "
+              f"| {r['env_py/raw']:.2f} | {r['env_c'] / r['substeps']:,.0f} |", flush=True)
+    if args.only_env:
+        return
     print("\n## vectorised env steps/s (sum over envs)")
     print("| env | 1 env | 4 sync | 2 async | 4 async |")
     print("|---|---|---|---|---|")

@@ -206,6 +206,10 @@ class QuadrotorController(Controller):
         """One thrust per rotor."""
         return 4
 
+    def kernel_memory(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The law's memory as the compiled law takes it (integral, motor estimate, last stamp): live arrays."""
+        return self._integral, self._motor_est, self._last_stamp
+
     def reset(self, state: RobotState) -> None:
         """Hover where the vehicle is, heading kept; forget the integral and any landing."""
         self._target = FlightTarget(self._pos(state), self._yaw(state))

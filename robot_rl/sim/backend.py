@@ -4,17 +4,72 @@ Envs talk to a :class:`SimBackend` only: load a model, reset the state, step the
 controller callback evaluated at EVERY physics step (``mj_step1`` -> callback -> ``mj_step2``), read
 named quantities and render. Another engine (Isaac, Genesis) would implement the same methods. The
 MuJoCo stepping itself is :func:`robot_rl.control.stepping.step_physics`, the loop every runtime shares.
+
+The hook for speed: an env may hand :meth:`SimBackend.step` a :data:`SubstepLoop` as well, a compiled
+loop doing the same n steps (controller and actuator pipeline included) without returning to Python
+(:meth:`MujocoBackend.compiled_loop` binds one of :mod:`robot_rl.control.kernels.compiled`'s
+``*_substeps`` kernels to this backend's model and data). The backend runs it instead of the callback
+loop and reports divergence with the same messages; the callback stays the reference and the fallback.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import mujoco
 import numpy as np
 
+from robot_rl.control import kernels
+from robot_rl.control.joint_pd import JointPDController
+from robot_rl.control.kernels import mujoco_c
 from robot_rl.control.stepping import ControlCallback, step_physics
+from robot_rl.sim.actuation import ActuatorPipeline
+
+SubstepLoop = Callable[[int], int]
+"""Runs ``n`` physics steps (controller and actuators inside) and returns a kernels status code."""
+
+WATCHED_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
+                    mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADCTRL)
+"""The divergence warnings, in the order :func:`step_physics` checks and reports them."""
+
+
+def status_reason(status: int) -> str:
+    """The divergence message of a compiled loop's status code (:func:`step_physics`' wording)."""
+    if status == 0:
+        return ""
+    if status == 1:
+        return "controller produced a non-finite command"
+    if status == 2:
+        return "physics diverged (non-finite state)"
+    k = status - 10
+    name = mujoco.mjtWarning(WATCHED_WARNINGS[k]).name if 0 <= k < len(WATCHED_WARNINGS) else "unknown"
+    return "physics diverged (MuJoCo warning: " + name + ")"
+
+
+def joint_pd_law(controller: JointPDController, data: mujoco.MjData, q_idx: np.ndarray, dq_idx: np.ndarray,
+                 extra: np.ndarray) -> tuple[Any, ...] | None:
+    """``pd_substeps``' law arguments for ``controller`` tracking its current target now.
+
+    ``extra`` are fixed commands after the joint torques (a gripper). None where the compiled law does not
+    cover the configuration (use the Python loop then): a torque-rate limit, gravity without Coriolis
+    compensation or the reverse, an arm model reading other data than ``data``.
+    """
+    cfg, t = controller.config, controller.current_target()
+    model = controller.model
+    compensate = model is not None and cfg.gravity_compensation and cfg.coriolis_compensation
+    partial = model is not None and cfg.gravity_compensation != cfg.coriolis_compensation
+    if t is None or cfg.max_delta_tau is not None or partial or (model is not None and model.data is not data):
+        return None
+    n = len(q_idx)
+    f64 = np.ascontiguousarray
+    return (data.qfrc_bias, f64(q_idx, dtype=np.int64), f64(dq_idx, dtype=np.int64), bool(compensate),
+            f64(controller.kp if t.kp is None else t.kp, dtype=np.float64),
+            f64(controller.kd if t.kd is None else t.kd, dtype=np.float64), f64(t.q, dtype=np.float64),
+            np.zeros(n) if t.dq is None else f64(t.dq, dtype=np.float64),
+            np.zeros(n) if t.tau_ff is None else f64(t.tau_ff, dtype=np.float64),
+            f64(controller.effort, dtype=np.float64), f64(extra, dtype=np.float64))
 
 
 class SimBackend(ABC):
@@ -35,8 +90,9 @@ class SimBackend(ABC):
         """Set the full state and zero controls/forces."""
 
     @abstractmethod
-    def step(self, n: int, actuators: np.ndarray, control: ControlCallback) -> str:
-        """Run ``n`` physics steps; return "" or the reason the simulation diverged (then stop)."""
+    def step(self, n: int, actuators: np.ndarray, control: ControlCallback, compiled: SubstepLoop | None = None
+             ) -> str:
+        """Run ``n`` physics steps (by ``compiled`` when given); "" or why the simulation diverged (then stop)."""
 
     @abstractmethod
     def render(self, camera: str, height: int, width: int) -> np.ndarray:
@@ -56,6 +112,7 @@ class MujocoBackend(SimBackend):
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
         self._shadows = shadows
         self._reflections = reflections
+        self._raw: tuple[Any, ...] | None = None
 
     @property
     def timestep(self) -> float:
@@ -74,9 +131,35 @@ class MujocoBackend(SimBackend):
         self.data.qvel[:] = qvel
         mujoco.mj_forward(self.model, self.data)
 
-    def step(self, n: int, actuators: np.ndarray, control: ControlCallback) -> str:
-        """Run ``n`` steps of mj_step1 -> control() -> mj_step2 (:func:`step_physics`); a divergence reason or ""."""
+    def step(self, n: int, actuators: np.ndarray, control: ControlCallback, compiled: SubstepLoop | None = None
+             ) -> str:
+        """Run ``n`` steps of mj_step1 -> control() -> mj_step2 (:func:`step_physics`), or ``compiled(n)``.
+
+        Returns a divergence reason or "".
+        """
+        if compiled is not None:
+            return status_reason(compiled(n))
         return step_physics(self.model, self.data, n, actuators, control)
+
+    @property
+    def compiled_available(self) -> bool:
+        """Whether :meth:`compiled_loop` can be used (numba and MuJoCo's C binding work here)."""
+        return kernels.load() is not None
+
+    def compiled_loop(self, kernel: Callable[..., int], law: tuple[Any, ...], actuators: np.ndarray,
+                      pipeline: ActuatorPipeline) -> SubstepLoop:
+        """``n -> kernel(model*, data*, n, qpos, qvel, ctrl, warnings, watch, *law, actuators, *pipeline args)``.
+
+        ``law`` holds the control law's arguments as they are now; the pipeline's (noise drawn for the n
+        steps) are taken when the loop runs.
+        """
+        if self._raw is None:
+            d = self.data
+            self._raw = (mujoco_c.address(self.model), mujoco_c.address(d), d.qpos, d.qvel, d.ctrl,
+                         mujoco_c.warning_counts(d), np.array([int(w) for w in WATCHED_WARNINGS], dtype=np.int64))
+        m, dp, qpos, qvel, ctrl, warnings, watch = self._raw
+        act = np.ascontiguousarray(actuators, dtype=np.int64)
+        return lambda n: kernel(m, dp, n, qpos, qvel, ctrl, warnings, watch, *law, act, *pipeline.kernel_args(n))
 
     def apply_body_force(self, body: str, force: Sequence[float] | np.ndarray) -> None:
         """Set an external world-frame force [N] on a body's CoM until changed (pushes)."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from robot_rl.core import ActionSpec, Embodiment, FieldSpec, ObservationSpec, SpecError
 from robot_rl.sim.actuation import ActuatorPipeline
-from robot_rl.sim.backend import MujocoBackend
+from robot_rl.sim.backend import MujocoBackend, SubstepLoop
 from robot_rl.sim.config import Randomization, SimConfig, make_config
 from robot_rl.sim.randomize import ModelRandomizer
 from robot_rl.sim.stand_in import stand_in
@@ -91,6 +91,9 @@ class RobotEnv(gym.Env):
         self.sampled_dynamics: dict[str, float] = {}
         self.action_delay_steps = 0
         self._diverged = False
+        self.compiled_physics = self.backend.compiled_available
+        """Step physics with the env's compiled loop (:meth:`_compiled_substeps`) when it has one; False: the
+        Python callback loop (``_control`` through the pipeline), the reference both must equal."""
 
     # ---- subclass hooks -------------------------------------------------------------------------
     @abstractmethod
@@ -147,6 +150,14 @@ class RobotEnv(gym.Env):
     def _before_physics(self) -> None:
         """Called once per policy step before the physics steps (e.g. to apply pushes)."""
 
+    def _compiled_substeps(self) -> SubstepLoop | None:
+        """The compiled equivalent of ``_control`` -> pipeline for the coming physics steps, or None (use those).
+
+        Called before each stretch of physics steps, after the targets are set; see
+        :meth:`robot_rl.sim.backend.MujocoBackend.compiled_loop`.
+        """
+        return None
+
     # ---- gym API --------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -195,10 +206,10 @@ class RobotEnv(gym.Env):
         self._before_physics()
         reason, k = "", self.action_delay_steps
         if k:  # the previous action stays in force until this one arrives
-            reason = self.backend.step(k, self.actuators, self._piped_control)
+            reason = self.run_physics(k)
         if not reason:
             self._apply_action(self.action_spec.split(clipped))
-            reason = self.backend.step(self.config.substeps - k, self.actuators, self._piped_control)
+            reason = self.run_physics(self.config.substeps - k)
         self._steps += 1
         info: dict[str, Any] = {"action_clipped": was_clipped}
         if reason:
@@ -218,6 +229,15 @@ class RobotEnv(gym.Env):
         obs = self._full_observation()
         self._last_obs = obs
         return obs, reward, terminated, truncated, info
+
+    def run_physics(self, n: int) -> str:
+        """``n`` physics steps with the current targets (what :meth:`step` runs); "" or why it diverged.
+
+        The env's compiled loop runs them when it has one and ``compiled_physics`` is on, else the
+        Python loop ``mj_step1 -> pipeline(_control()) -> mj_step2``; both give the same physics.
+        """
+        loop = self._compiled_substeps() if self.compiled_physics else None
+        return self.backend.step(n, self.actuators, self._piped_control, loop)
 
     def _piped_control(self) -> np.ndarray:
         return self.pipeline(self._control())

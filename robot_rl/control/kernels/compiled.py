@@ -33,7 +33,7 @@ def _ptr_typing(typingctx: Any, address: Any) -> Any:
     return types.voidptr(address), codegen
 
 
-_ptr: Any = intrinsic(_ptr_typing)
+ptr: Any = intrinsic(_ptr_typing)
 
 
 _P, _I, _F = types.voidptr, types.int32, types.float64
@@ -62,7 +62,7 @@ PROJECTOR_CODES = {"none": 0.0, "kinematic": 1.0, "dynamic": 2.0}
 
 @njit(inline="always")
 def _a(x: np.ndarray) -> Any:
-    return _ptr(x.ctypes.data)
+    return ptr(x.ctypes.data)
 
 
 @njit(cache=True)
@@ -205,7 +205,7 @@ def cartesian_torque(m: int, d: int, q: np.ndarray, dq: np.ndarray, site: int, c
         err[3 + i] = rot[3 * i] * rv[0] + rot[3 * i + 1] * rv[1] + rot[3 * i + 2] * rv[2]
     for i in range(6):
         err[i] = _clip(err[i], -clip[i], clip[i])
-    mj_jacSite(_ptr(m), _ptr(d), _a(jac_full), _a(jac_full[3:]), np.int32(site))
+    mj_jacSite(ptr(m), ptr(d), _a(jac_full), _a(jac_full[3:]), np.int32(site))
     jac = np.empty((6, n))
     for i in range(6):
         for j in range(n):
@@ -221,7 +221,7 @@ def cartesian_torque(m: int, d: int, q: np.ndarray, dq: np.ndarray, site: int, c
     jm = np.empty((6, n))
     a_inv = np.empty((6, 6))
     if p[CP_OSC] > 0 or projector == 2.0:
-        mj_solveM(_ptr(m), _ptr(d), _a(jm_full), _a(jac_full), np.int32(6))
+        mj_solveM(ptr(m), ptr(d), _a(jm_full), _a(jac_full), np.int32(6))
         for i in range(6):
             for j in range(n):
                 jm[i, j] = jm_full[i, cols[j]]
@@ -269,7 +269,7 @@ def cartesian_torque(m: int, d: int, q: np.ndarray, dq: np.ndarray, site: int, c
     mass = 0.0
     if grav != cor:  # g(q) alone: the arm subtree's mass times its CoM Jacobian (MujocoArmModel.gravity)
         root = int(p[CP_ROOT_BODY])
-        mj_jacSubtreeCom(_ptr(m), _ptr(d), _a(jac_com), np.int32(root))
+        mj_jacSubtreeCom(ptr(m), ptr(d), _a(jac_com), np.int32(root))
         mass = subtreemass[root]
     for j in range(n):
         t = out[j]
@@ -439,8 +439,8 @@ def _actuate(command: np.ndarray, i: int, act: np.ndarray, low: np.ndarray, high
 
 
 @njit(cache=True)
-def pd_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, qfrc_bias: np.ndarray,
-                ctrl: np.ndarray, warnings: np.ndarray, watch: np.ndarray, q_idx: np.ndarray, dq_idx: np.ndarray,
+def pd_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray, warnings: np.ndarray,
+                watch: np.ndarray, qfrc_bias: np.ndarray, q_idx: np.ndarray, dq_idx: np.ndarray,
                 compensate: bool, kp: np.ndarray, kd: np.ndarray, q_ref: np.ndarray, dq_ref: np.ndarray,
                 tau_ff: np.ndarray, effort: np.ndarray, extra: np.ndarray, act: np.ndarray, low: np.ndarray,
                 high: np.ndarray, ring: np.ndarray, head: np.ndarray, lag: np.ndarray, alpha: float,
@@ -452,7 +452,7 @@ def pd_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, qfrc
     command[nj:] = extra
     before = _warning_total(warnings, watch)
     for i in range(n):
-        mj_step1(_ptr(m), _ptr(d))
+        mj_step1(ptr(m), ptr(d))
         for j in range(nj):
             q[j], dq[j] = qpos[q_idx[j]], qvel[dq_idx[j]]
             if compensate:
@@ -460,15 +460,15 @@ def pd_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, qfrc
         joint_pd_torque(kp, kd, q_ref, dq_ref, tau_ff, q, dq, effort, comp, command[:nj])
         if not _actuate(command, i, act, low, high, ring, head, lag, alpha, noise, out, ctrl):
             return NONFINITE_COMMAND
-        mj_step2(_ptr(m), _ptr(d))
+        mj_step2(ptr(m), ptr(d))
     return _finish(warnings, watch, before, qpos, qvel)
 
 
 @njit(cache=True)
-def cartesian_substeps(m: int, d: int, n: int, time: float, timestep: float, qpos: np.ndarray, qvel: np.ndarray,
-                       ctrl: np.ndarray, warnings: np.ndarray, watch: np.ndarray, q_idx: np.ndarray, law: tuple,
-                       extra: np.ndarray, act: np.ndarray, low: np.ndarray, high: np.ndarray, ring: np.ndarray,
-                       head: np.ndarray, lag: np.ndarray, alpha: float, noise: np.ndarray) -> int:
+def cartesian_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray,
+                       warnings: np.ndarray, watch: np.ndarray, time: float, timestep: float, q_idx: np.ndarray,
+                       law: tuple, extra: np.ndarray, act: np.ndarray, low: np.ndarray, high: np.ndarray,
+                       ring: np.ndarray, head: np.ndarray, lag: np.ndarray, alpha: float, noise: np.ndarray) -> int:
     """``n`` x (mj_step1 -> Cartesian law, then ``extra`` -> pipeline -> mj_step2).
 
     ``law`` is the tuple of :func:`cartesian_torque`'s arguments after ``q, dq`` and before ``stamp, out``;
@@ -483,7 +483,7 @@ def cartesian_substeps(m: int, d: int, n: int, time: float, timestep: float, qpo
     command[nj:] = extra
     before = _warning_total(warnings, watch)
     for i in range(n):
-        mj_step1(_ptr(m), _ptr(d))
+        mj_step1(ptr(m), ptr(d))
         for j in range(nj):
             q[j], dq[j] = qpos[q_idx[j]], qvel[cols[j]]
         cartesian_torque(m, d, q, dq, site, cols, xpos, xmat, bias, subtreemass, gravity, jac_full, jm_full,
@@ -492,7 +492,7 @@ def cartesian_substeps(m: int, d: int, n: int, time: float, timestep: float, qpo
                          moving, damp, err, tau_prev, has_prev, last_stamp, time, command[:nj])
         if not _actuate(command, i, act, low, high, ring, head, lag, alpha, noise, out, ctrl):
             return NONFINITE_COMMAND
-        mj_step2(_ptr(m), _ptr(d))
+        mj_step2(ptr(m), ptr(d))
         time += timestep
     return _finish(warnings, watch, before, qpos, qvel)
 
@@ -512,7 +512,7 @@ def quad_rate_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarra
     command, out, wrench, thrusts = np.empty(8), np.empty(8), np.empty(4), thrust_cmd.copy()
     before = _warning_total(warnings, watch)
     for i in range(n):
-        mj_step1(_ptr(m), _ptr(d))
+        mj_step1(ptr(m), ptr(d))
         if not motor_mode:
             w = qvel[angvel:angvel + 3]
             jw = inertia * w
@@ -531,5 +531,5 @@ def quad_rate_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarra
             command[k], command[4 + k] = t, yaw_coef[k] * t
         if not _actuate(command, i, act, low, high, ring, head, lag, alpha, noise, out, ctrl):
             return NONFINITE_COMMAND
-        mj_step2(_ptr(m), _ptr(d))
+        mj_step2(ptr(m), ptr(d))
     return _finish(warnings, watch, before, qpos, qvel)

@@ -13,6 +13,9 @@ policy rate and :class:`robot_rl.control.joint_pd.JointPDController` (gravity/Co
 through a :class:`~robot_rl.control.arm_model.MujocoArmModel` that reads the simulator's data) tracks
 them at every physics step; with ``controller="cartesian_impedance"`` the pose target goes to
 :class:`robot_rl.control.cartesian.CartesianImpedanceController` directly.
+
+Either way the physics steps of a policy step run as one compiled loop (:meth:`ArmEnv._compiled_substeps`:
+the same law, gripper command and actuator pipeline as ``_control``, which stays the reference).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
+from robot_rl.control import kernels
 from robot_rl.control.arm_model import MujocoArmModel
 from robot_rl.control.base import Controller, RobotState
 from robot_rl.control.cartesian import CartesianConfig, CartesianImpedanceController
@@ -40,6 +44,7 @@ from robot_rl.sim.arm_actions import (  # noqa: F401 - re-exported for the exper
     CartesianDeltaIntegrator,
     rpy_matrix,
 )
+from robot_rl.sim.backend import SubstepLoop, joint_pd_law
 from robot_rl.sim.base_env import RobotEnv
 from robot_rl.sim.ik import DiffIK
 
@@ -188,6 +193,20 @@ class ArmEnv(RobotEnv):
         out[:7] = tau
         out[7] = self.gripper_ctrl
         return out
+
+    def _compiled_substeps(self) -> SubstepLoop | None:
+        k = kernels.load()
+        if k is None or type(self)._control is not ArmEnv._control:  # a subclass' own law runs in Python
+            return None
+        extra = np.array([self.gripper_ctrl], dtype=np.float64)
+        if isinstance(self.controller, JointPDController):
+            law = joint_pd_law(self.controller, self.data, self.q_idx, self.dq_idx, extra)
+            return None if law is None else self.backend.compiled_loop(k.pd_substeps, law, self.actuators,
+                                                                         self.pipeline)
+        assert isinstance(self.controller, CartesianImpedanceController)
+        law = (float(self.data.time), self.backend.timestep, np.ascontiguousarray(self.q_idx, dtype=np.int64),
+               self.controller.kernel_args(), extra)
+        return self.backend.compiled_loop(k.cartesian_substeps, law, self.actuators, self.pipeline)
 
     # ---- observation ----------------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:

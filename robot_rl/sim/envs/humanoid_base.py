@@ -4,7 +4,8 @@ Actions (``joint_position``): ``joint_targets`` in [-1, 1]^29, read as offsets o
 radians around the crouched default posture (clipped into the joint limits). The
 :class:`robot_rl.control.joint_pd.JointPDController` (Unitree low-level PD) tracks them at every
 physics step. The episode terminates when the robot falls (pelvis below ``FALL_HEIGHT`` or tilted
-more than ``FALL_TILT_DEG``).
+more than ``FALL_TILT_DEG``). The physics steps of a policy step run as one compiled loop (the same PD law
+and actuator pipeline as ``_control``, which stays the reference; :meth:`HumanoidEnv._compiled_substeps`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
+from robot_rl.control import kernels
 from robot_rl.control.base import RobotState
 from robot_rl.control.joint_pd import JointPDConfig, JointPDController
 from robot_rl.control.rotations import quat_to_mat
@@ -23,6 +25,7 @@ from robot_rl.control.targets import JointTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, g1, qpos_indices, scenes
 from robot_rl.runtime.actions import HUMANOID_ACTION_SCALE, joint_position_map
+from robot_rl.sim.backend import SubstepLoop, joint_pd_law
 from robot_rl.sim.base_env import RobotEnv
 
 ACTION_SCALE = HUMANOID_ACTION_SCALE
@@ -37,6 +40,7 @@ ankle 40): with those a fixed posture falls over in ~1.5 s (ankle stiffness << m
 KD = np.array([*_LEG_KD, *_LEG_KD, 3.0, 3.0, 3.0, *_ARM_KD, *_ARM_KD])
 """Joint PD damping [Nm s/rad] per joint."""
 FALL_HEIGHT = 0.45
+_NO_EXTRA = np.zeros(0)
 FALL_TILT_DEG = 50.0
 
 
@@ -124,6 +128,13 @@ class HumanoidEnv(RobotEnv):
 
     def _control(self) -> np.ndarray:
         return self.controller.compute(self.robot_state(), float(self.data.time))
+
+    def _compiled_substeps(self) -> SubstepLoop | None:
+        k = kernels.load()
+        if k is None or type(self)._control is not HumanoidEnv._control:  # a subclass' own law runs in Python
+            return None
+        law = joint_pd_law(self.controller, self.data, self.q_idx, self.dq_idx, _NO_EXTRA)
+        return None if law is None else self.backend.compiled_loop(k.pd_substeps, law, self.actuators, self.pipeline)
 
     # ---- observation / reward -------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:

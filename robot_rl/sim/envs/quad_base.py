@@ -13,7 +13,8 @@ first-order time constant (``cf2x.MOTOR_TIME_CONSTANT``, 0.145 s; Learning to Fl
 0.15 s): ``motor_commands`` policies face that lag themselves, the body-rate loop leads it (its rotor
 commands run ahead of an internal motor model so thrusts follow at ``MOTOR_LEAD_BANDWIDTH``), as
 flight controllers with motor-dynamics compensation do. The episode terminates on a crash (too low, flipped
-or flown away).
+or flown away). The physics steps of a policy step run as one compiled loop (:meth:`QuadEnv._compiled_substeps`:
+the same rate loop, lead and actuator pipeline as ``_control``, which stays the reference).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from typing import Any, ClassVar
 import mujoco
 import numpy as np
 
+from robot_rl.control import kernels
 from robot_rl.control.rotations import quat_to_mat
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, cf2x, scenes
 from robot_rl.runtime.actions import MAX_BODY_RATE as MAX_BODY_RATE
 from robot_rl.runtime.actions import thrust_body_rates
+from robot_rl.sim.backend import SubstepLoop
 from robot_rl.sim.base_env import RobotEnv
 
 RATE_GAIN = 40.0
@@ -41,6 +44,8 @@ MAX_TILT_COS = np.cos(np.radians(80.0))
 MAX_DISTANCE = 3.0
 """Crash: below MIN_HEIGHT (the collision sphere touches the floor at 0.065 m), tilted beyond 80 deg,
 or farther than MAX_DISTANCE from the goal."""
+_WRENCH_GAIN = INERTIA * RATE_GAIN
+_YAW_COEF = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE  # what cf2x.rotor_commands multiplies thrusts by
 
 
 def lead_motors(desired: np.ndarray, estimate: np.ndarray, alpha: float) -> np.ndarray:
@@ -175,6 +180,17 @@ class QuadEnv(RobotEnv):
         if self.mode == ControlMode.MOTOR_COMMANDS:
             return cf2x.rotor_commands(self.thrust_cmd)
         return cf2x.rotor_commands(lead_motors(self._desired_thrusts(), self._motor_estimate, self._lead_alpha))
+
+    def _compiled_substeps(self) -> SubstepLoop | None:
+        k = kernels.load()
+        if k is None or type(self)._control is not QuadEnv._control:  # a subclass' own law runs in Python
+            return None
+        law = (cf2x.QVEL_BASE_ANGVEL.start, self.mode == ControlMode.MOTOR_COMMANDS,
+               np.ascontiguousarray(self.thrust_cmd, dtype=np.float64), _WRENCH_GAIN, INERTIA, float(self.collective),
+               np.ascontiguousarray(self.rates_cmd, dtype=np.float64), self.mixer_inv, self._motor_estimate,
+               cf2x.MOTOR_TIME_CONSTANT * MOTOR_LEAD_BANDWIDTH, self._lead_alpha, cf2x.THRUST_MIN, cf2x.THRUST_MAX,
+               _YAW_COEF)
+        return self.backend.compiled_loop(k.quad_rate_substeps, law, self.actuators, self.pipeline)
 
     def _desired_thrusts(self) -> np.ndarray:
         """Rotor thrusts for the collective thrust and the body-rate loop's torques (unclipped)."""
