@@ -329,7 +329,7 @@ def compiled_run(case: Case, seconds: float, repeats: int) -> tuple[float, float
         ref_pos = np.array([tg.position for tg in targets])
         ref_vel = np.array([tg.velocity for tg in targets])
         ref_acc = np.array([tg.acceleration for tg in targets])
-        p, gains = K.quadrotor_params(c.config, c.params)
+        p, gains = c.kernel_params()
         alpha = MotorModel(cf2x.MOTOR_TIME_CONSTANT, dt).alpha
         yaw = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE  # what rotor_commands multiplies thrusts by
         rec_meas = np.zeros((steps, 3))

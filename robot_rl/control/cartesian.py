@@ -156,8 +156,7 @@ class CartesianImpedanceController(Controller):
         nv = model.model.nv  # the compiled law's workspace: full-width Jacobians
         self._jac_full, self._jm_full, self._jac_com = np.zeros((6, nv)), np.zeros((6, nv)), np.zeros((3, nv))
         self._kernels = kernels.load()
-        self._params = (None if self._kernels is None
-                        else self._kernels.cartesian_params(config, model.root_body))
+        self._params = None if self._kernels is None else self._kernel_params()
 
     @property
     def last_error(self) -> np.ndarray:
@@ -180,7 +179,23 @@ class CartesianImpedanceController(Controller):
         if value and self._kernels is None:
             raise RuntimeError(f"compiled kernels unavailable: {kernels.unavailable_reason()}")
         if self._kernels is not None and self._params is None:
-            self._params = self._kernels.cartesian_params(self.config, self.model.root_body)
+            self._params = self._kernel_params()
+
+    def _kernel_params(self) -> np.ndarray:
+        """The compiled law's parameter vector (its layout: the ``CP_*`` names of the kernels module)."""
+        k, cfg = self._kernels, self.config
+        assert k is not None
+        p = np.zeros(k.CP_SIZE)
+        p[k.CP_ROOT_BODY] = self.model.root_body
+        p[k.CP_DAMPING_RATIO], p[k.CP_FILTER], p[k.CP_TICK_HZ] = cfg.damping_ratio, cfg.target_filter, cfg.tick_hz
+        p[k.CP_OSC], p[k.CP_OSC_REG] = float(cfg.operational_space), cfg.osc_regularization
+        p[k.CP_PROJECTOR], p[k.CP_PINV_REG] = k.PROJECTOR_CODES[cfg.nullspace_projector], cfg.pinv_regularization
+        p[k.CP_NS_MAX], p[k.CP_JL_RANGE] = cfg.nullspace_max_torque, cfg.joint_limit_range
+        p[k.CP_JL_TORQUE] = cfg.joint_limit_torque
+        p[k.CP_MAX_DTAU] = -1.0 if cfg.max_delta_tau is None else cfg.max_delta_tau
+        p[k.CP_GRAVITY], p[k.CP_CORIOLIS] = float(cfg.gravity_compensation), float(cfg.coriolis_compensation)
+        p[k.CP_EXPLICIT_DAMPING] = float(cfg.damping is not None)
+        return p
 
     def _current_pose(self, state: RobotState) -> PoseTarget:
         self.model.update(state)

@@ -186,7 +186,7 @@ class QuadrotorController(Controller):
         self._params: np.ndarray | None = None
         self._gains: np.ndarray | None = None
         if self._kernels is not None:
-            self._params, self._gains = self._kernels.quadrotor_params(config, params)
+            self._params, self._gains = self.kernel_params()
 
     @property
     def compiled(self) -> bool:
@@ -199,7 +199,20 @@ class QuadrotorController(Controller):
         if value and self._kernels is None:
             raise RuntimeError(f"compiled kernels unavailable: {kernels.unavailable_reason()}")
         if self._kernels is not None and self._params is None:
-            self._params, self._gains = self._kernels.quadrotor_params(self.config, self.params)
+            self._params, self._gains = self.kernel_params()
+
+    def kernel_params(self) -> tuple[np.ndarray, np.ndarray]:
+        """The compiled law's ``p`` (layout: the ``QP_*`` names of the kernels module) and (5, 3) ``gains``."""
+        k = kernels.load()
+        if k is None:
+            raise RuntimeError(f"compiled kernels unavailable: {kernels.unavailable_reason()}")
+        cfg, prm = self.config, self.params
+        p = np.zeros(k.QP_SIZE)
+        p[k.QP_MASS], p[k.QP_GRAVITY], p[k.QP_THRUST_MAX] = prm.mass, prm.gravity, prm.thrust_max
+        p[k.QP_MOTOR_TAU], p[k.QP_BANDWIDTH] = prm.motor_time_constant, cfg.motor_bandwidth
+        p[k.QP_INTEGRAL_LIMIT], p[k.QP_MAX_ACCEL] = cfg.integral_limit, cfg.max_accel
+        p[k.QP_MAX_TILT], p[k.QP_MAX_RATE] = cfg.max_tilt, cfg.max_rate
+        return p, np.array([cfg.pos_kp, cfg.pos_kd, cfg.pos_ki, cfg.att_kp, cfg.rate_kp], dtype=np.float64)
 
     @property
     def n_commands(self) -> int:

@@ -12,7 +12,7 @@ multiply-adds that these loops keep apart); the tests hold them to 1e-9.
 
 All compiled code is in this one file on purpose: numba's on-disk cache only notices edits of the file a
 cached function is defined in, not of functions it calls from other files
-(https://numba.readthedocs.io/en/stable/developer/caching.html), so a split would let stale copies survive.
+(https://numba.readthedocs.io/en/stable/user/jit.html#cache), so a split would let stale copies survive.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ mju_cholSolve: Any = types.ExternalFunction("mju_cholSolve", types.void(_P, _P, 
 OK, NONFINITE_COMMAND, NONFINITE_STATE, WARNING = 0, 1, 2, 10
 """``WARNING + k``: the k-th watched MuJoCo warning is the first of them with a count (as step_physics reports)."""
 
-# Cartesian law: layout of the float parameter vector ``p`` (built by cartesian_params).
+# Cartesian law: layout of the float parameter vector ``p`` (CartesianImpedanceController builds it).
 (CP_DAMPING_RATIO, CP_FILTER, CP_TICK_HZ, CP_OSC, CP_OSC_REG, CP_PROJECTOR, CP_PINV_REG, CP_NS_MAX, CP_JL_RANGE,
  CP_JL_TORQUE, CP_MAX_DTAU, CP_GRAVITY, CP_CORIOLIS, CP_EXPLICIT_DAMPING, CP_ROOT_BODY, CP_SIZE) = range(16)
 PROJECTOR_CODES = {"none": 0.0, "kinematic": 1.0, "dynamic": 2.0}
@@ -141,21 +141,6 @@ def joint_pd_torque(kp: np.ndarray, kd: np.ndarray, q_ref: np.ndarray, dq_ref: n
     for j in range(q.shape[0]):
         tau = _clip(kp[j] * (q_ref[j] - q[j]) + kd[j] * (dq_ref[j] - dq[j]) + tau_ff[j], -effort[j], effort[j])
         out[j] = _clip(tau + comp[j], -effort[j], effort[j])
-
-
-def cartesian_params(cfg: Any, root_body: int) -> np.ndarray:
-    """The float parameter vector ``p`` of :func:`cartesian_torque` from a ``CartesianConfig``."""
-    p = np.zeros(CP_SIZE)
-    p[CP_ROOT_BODY] = root_body
-    p[CP_DAMPING_RATIO], p[CP_FILTER], p[CP_TICK_HZ] = cfg.damping_ratio, cfg.target_filter, cfg.tick_hz
-    p[CP_OSC], p[CP_OSC_REG] = float(cfg.operational_space), cfg.osc_regularization
-    p[CP_PROJECTOR], p[CP_PINV_REG] = PROJECTOR_CODES[cfg.nullspace_projector], cfg.pinv_regularization
-    p[CP_NS_MAX], p[CP_JL_RANGE], p[CP_JL_TORQUE] = (cfg.nullspace_max_torque, cfg.joint_limit_range,
-                                                     cfg.joint_limit_torque)
-    p[CP_MAX_DTAU] = -1.0 if cfg.max_delta_tau is None else cfg.max_delta_tau
-    p[CP_GRAVITY], p[CP_CORIOLIS] = float(cfg.gravity_compensation), float(cfg.coriolis_compensation)
-    p[CP_EXPLICIT_DAMPING] = float(cfg.damping is not None)
-    return p
 
 
 @njit(cache=True)
@@ -282,19 +267,9 @@ def cartesian_torque(m: int, d: int, q: np.ndarray, dq: np.ndarray, site: int, c
         out[j] = _clip(t, -effort[j], effort[j])
 
 
-# Quadrotor cascade: ``p`` layout (quadrotor_params) and flight-target layout.
+# Quadrotor cascade: layout of ``p`` (QuadrotorController builds it; ``gains`` rows: pos kp, kd, ki, att kp, rate kp).
 (QP_MASS, QP_GRAVITY, QP_THRUST_MAX, QP_MOTOR_TAU, QP_BANDWIDTH, QP_INTEGRAL_LIMIT, QP_MAX_ACCEL, QP_MAX_TILT,
  QP_MAX_RATE, QP_SIZE) = range(10)
-
-
-def quadrotor_params(cfg: Any, prm: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``p`` and the (5, 3) gains (pos kp, kd, ki, attitude kp, rate kp) of :func:`quadrotor_thrusts`."""
-    p = np.zeros(QP_SIZE)
-    p[QP_MASS], p[QP_GRAVITY], p[QP_THRUST_MAX] = prm.mass, prm.gravity, prm.thrust_max
-    p[QP_MOTOR_TAU], p[QP_BANDWIDTH] = prm.motor_time_constant, cfg.motor_bandwidth
-    p[QP_INTEGRAL_LIMIT], p[QP_MAX_ACCEL], p[QP_MAX_TILT], p[QP_MAX_RATE] = (cfg.integral_limit, cfg.max_accel,
-                                                                            cfg.max_tilt, cfg.max_rate)
-    return p, np.array([cfg.pos_kp, cfg.pos_kd, cfg.pos_ki, cfg.att_kp, cfg.rate_kp], dtype=np.float64)
 
 
 @njit(cache=True)
