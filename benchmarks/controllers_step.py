@@ -8,10 +8,11 @@ For each controller, side by side in one run:
   after 1 s of warm-up);
 * the law inside a compiled physics loop (``mj_step1`` -> law -> ``mj_step2``, robot_rl.control.kernels),
   against a compiled replay of the same ctrl sequence from the same state (``mj_step1`` -> ctrl ->
-  ``mj_step2``): the difference is what the law costs per physics step, the replay is the model's step
-  (goal P1: law <= 0.5x step). The compiled run's tracking RMSE must equal the Python run's.
+  ``mj_step2``), alternated every 200 steps: the difference is what the law costs per physics step, the
+  replay is the model's step (goal P1: law <= 0.5x step). The compiled run's tracking RMSE must equal the
+  Python run's.
 
-    .venv/bin/python benchmarks/controllers_step.py [--seconds 4] [--repeats 7]
+    .venv/bin/python benchmarks/controllers_step.py [--seconds 4] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -274,30 +275,35 @@ def _quad_loop(m: int, d: int, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndar
         rec_meas[i] = qpos[0:3]
 
 
-def compiled_run(case: Case, seconds: float, repeats: int) -> tuple[float, float, float]:
-    """(law s per physics step in the compiled loop, compiled mj_step1+mj_step2 s, tracking RMSE), medians."""
+def compiled_run(case: Case, seconds: float, repeats: int, chunk: int = 200) -> tuple[float, float, float]:
+    """(law s per physics step in the compiled loop, compiled mj_step1+mj_step2 s, tracking RMSE).
+
+    The run is cut into chunks of ``chunk`` steps; each chunk runs the controlled loop, then (from the same
+    saved state) the replay of its ctrl, so both see the same machine load; medians over all chunks of all
+    ``repeats`` runs (the first run, which may compile, is left out).
+    """
     m, d, c = case.model, case.data, case.controller
     dt = m.opt.timestep
     steps = round(seconds / dt)
     warm = round(1.0 / dt)
-    times = np.empty(steps)  # data.time at each step's mj_step1, accumulated as mj_step2 does
-    t = float(d.time)
+    times = np.empty(steps + 1)  # data.time at each step's mj_step1, accumulated as mj_step2 does
+    times[0] = float(d.time)
     for i in range(steps):
-        times[i] = t
-        t += dt
-    after = np.append(times[1:], t)
-    targets = [case.reference(float(ti)) for ti in times]
+        times[i + 1] = times[i] + dt
+    targets = [case.reference(float(ti)) for ti in times[:-1]]
     spec = mujoco.mjtState.mjSTATE_INTEGRATION  # warm start included, so a replay retraces the run exactly
-    start = np.empty(mujoco.mj_stateSize(m, spec))
+    start, saved, end = (np.empty(mujoco.mj_stateSize(m, spec)) for _ in range(3))
     mujoco.mj_getState(m, d, start, spec)
     ma, da = address(m), address(d)
     rec_ctrl = np.zeros((steps, m.nu))
     qpos_all = np.arange(m.nq)
+    motors = np.zeros(4)
 
     def restart() -> None:
         mujoco.mj_setState(m, d, start, spec)
         mujoco.mj_forward(m, d)
         c.reset(case.read(d))
+        motors[:] = cf2x.HOVER_THRUST
 
     if case.kind == "cartesian":
         assert isinstance(c, CartesianImpedanceController)
@@ -306,10 +312,10 @@ def compiled_run(case: Case, seconds: float, repeats: int) -> tuple[float, float
         ref_twist = np.array([np.zeros(6) if tg.twist is None else tg.twist for tg in targets])
         rec_meas = np.zeros((steps, 3))
 
-        def loop() -> None:
-            c.set_target(targets[0], float(times[0]))  # quaternion and whether a twist is given
-            _cartesian_loop(ma, da, d.qpos, d.qvel, d.ctrl, q_idx, c.kernel_args(), ref_pos, ref_twist,
-                            float(times[0]), dt, rec_ctrl, rec_meas)
+        def loop(a: int, b: int) -> None:
+            c.set_target(targets[a], float(times[a]))  # quaternion and whether a twist is given
+            _cartesian_loop(ma, da, d.qpos, d.qvel, d.ctrl, q_idx, c.kernel_args(), ref_pos[a:b], ref_twist[a:b],
+                            float(times[a]), dt, rec_ctrl[a:b], rec_meas[a:b])
     elif case.kind == "pd":
         assert isinstance(c, JointPDController)
         assert case.measured_idx is not None
@@ -320,10 +326,11 @@ def compiled_run(case: Case, seconds: float, repeats: int) -> tuple[float, float
         ref_dq = np.array([np.zeros(n) if tg.dq is None else tg.dq for tg in targets])
         compensate = c.model is not None
         rec_meas = np.zeros((steps, n))
+        ctrl0 = int(np.arange(m.nu)[case.ctrl][0])
 
-        def loop() -> None:
-            _pd_loop(ma, da, d.qpos, d.qvel, d.qfrc_bias, d.ctrl, int(np.arange(m.nu)[case.ctrl][0]), q_idx, dq_idx,
-                     compensate, c.kp, c.kd, ref_q, ref_dq, np.zeros(n), c.effort, rec_ctrl, rec_meas)
+        def loop(a: int, b: int) -> None:
+            _pd_loop(ma, da, d.qpos, d.qvel, d.qfrc_bias, d.ctrl, ctrl0, q_idx, dq_idx, compensate, c.kp, c.kd,
+                     ref_q[a:b], ref_dq[a:b], np.zeros(n), c.effort, rec_ctrl[a:b], rec_meas[a:b])
     else:
         assert isinstance(c, QuadrotorController)
         ref_pos = np.array([tg.position for tg in targets])
@@ -334,35 +341,39 @@ def compiled_run(case: Case, seconds: float, repeats: int) -> tuple[float, float
         yaw = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE  # what rotor_commands multiplies thrusts by
         rec_meas = np.zeros((steps, 3))
 
-        def loop() -> None:
-            state = c.kernel_memory()
-            _quad_loop(ma, da, d.qpos, d.qvel, d.ctrl, ref_pos, ref_vel, ref_acc, p, gains, c.inertia, c.mixer_inv,
-                       *state, alpha, np.full(4, cf2x.HOVER_THRUST), yaw, cf2x.THRUST_MIN, cf2x.THRUST_MAX,
-                       float(times[0]), dt, rec_ctrl, rec_meas)
+        def loop(a: int, b: int) -> None:
+            _quad_loop(ma, da, d.qpos, d.qvel, d.ctrl, ref_pos[a:b], ref_vel[a:b], ref_acc[a:b], p, gains, c.inertia,
+                       c.mixer_inv, *c.kernel_memory(), alpha, motors, yaw, cf2x.THRUST_MIN, cf2x.THRUST_MAX,
+                       float(times[a]), dt, rec_ctrl[a:b], rec_meas[a:b])
 
     law, step = [], []
-    for _ in range(repeats + 1):  # the first round compiles
+    for r in range(repeats + 1):
         restart()
-        t0 = time.perf_counter()
-        loop()
-        t_loop = time.perf_counter() - t0
-        final = d.qpos.copy()
-        restart()
-        t0 = time.perf_counter()
-        _replay(ma, da, d.ctrl, rec_ctrl)
-        t_replay = time.perf_counter() - t0
-        assert np.array_equal(final, d.qpos), "the replay must retrace the controlled run"
-        law.append((t_loop - t_replay) / steps)
-        step.append(t_replay / steps)
-    err = rec_meas[warm:] - np.array([case.wanted(float(ti)) for ti in after[warm:]])
+        for a in range(0, steps, chunk):
+            b = min(a + chunk, steps)
+            mujoco.mj_getState(m, d, saved, spec)
+            t0 = time.perf_counter()
+            loop(a, b)
+            t_loop = time.perf_counter() - t0
+            mujoco.mj_getState(m, d, end, spec)
+            mujoco.mj_setState(m, d, saved, spec)
+            t0 = time.perf_counter()
+            _replay(ma, da, d.ctrl, rec_ctrl[a:b])
+            t_replay = time.perf_counter() - t0
+            mujoco.mj_getState(m, d, saved, spec)
+            assert np.array_equal(saved, end), "the replay must retrace the controlled run"
+            if r:
+                law.append((t_loop - t_replay) / (b - a))
+                step.append(t_replay / (b - a))
+    err = rec_meas[warm:] - np.array([case.wanted(float(ti)) for ti in times[warm + 1:]])
     rmse = float(np.sqrt(np.mean(np.sum(err**2, axis=1))))
-    return float(np.median(law[1:])), float(np.median(step[1:])), rmse
+    return float(np.median(law)), float(np.median(step)), rmse
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=4.0, help="simulated seconds per controller")
-    parser.add_argument("--repeats", type=int, default=7, help="compiled loop / replay pairs per controller")
+    parser.add_argument("--repeats", type=int, default=5, help="compiled runs (each alternating loop and replay)")
     args = parser.parse_args()
     factories: list[Callable[[], Case]] = [
         lambda: panda_case("Panda Cartesian impedance (CRISP defaults)", "cartesian"),

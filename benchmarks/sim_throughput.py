@@ -93,6 +93,77 @@ def raw_vs_env(env_id: str, seconds: float, repeats: int) -> dict[str, float]:
     return out
 
 
+def episode_vs_replay(env_id: str, env_steps: int, repeats: int) -> dict[str, float]:
+    """env.step physics steps/s with the expert (compiled / Python physics) and over raw mj_step on the SAME run.
+
+    The episode's ctrl (and external forces) at every physics step are recorded once through the Python
+    loop (the same physics as the compiled loop, tests/test_sim_throughput_paths.py), then a Python loop of
+    ``mj_step`` replays them from the same start: the ratio is the env's whole overhead (controller, actuator
+    pipeline, observation, reward, expert, IK) on the physics it really runs, contacts included.
+    """
+    env = gym.make(env_id)
+    base = env.unwrapped
+    m, d = base.model, base.data
+    expert = expert_for(env)
+    spec = mujoco.mjtState.mjSTATE_INTEGRATION
+    ctrls: list[np.ndarray] = []
+    forces: list[np.ndarray] = []
+
+    def episode() -> int:
+        obs = env.reset(seed=0)[0]
+        done = 0
+        for _ in range(env_steps):
+            obs, _, terminated, truncated, _ = env.step(expert.act(obs))
+            done += base.physics_steps
+            if terminated or truncated:
+                break
+        return done
+
+    base.compiled_physics = False
+    piped = base._piped_control
+
+    def recording() -> np.ndarray:
+        u = piped()
+        ctrls.append(u.copy())
+        forces.append(d.xfrc_applied.copy())
+        return u
+
+    base._piped_control = recording
+    env.reset(seed=0)
+    start = np.empty(mujoco.mj_stateSize(m, spec))
+    mujoco.mj_getState(m, d, start, spec)
+    n = episode()
+    base._piped_control = piped
+    base.compiled_physics = True
+    act = base.actuators
+    u_all, f_all = np.array(ctrls), np.array(forces)
+
+    def replay() -> int:
+        mujoco.mj_setState(m, d, start, spec)
+        for u, f in zip(u_all, f_all):
+            d.ctrl[act] = u
+            d.xfrc_applied[:] = f
+            mujoco.mj_step(m, d)
+        return len(u_all)
+
+    runs: dict[str, list[float]] = {"compiled": [], "python": [], "raw": []}
+    for _ in range(repeats):
+        for key in ("compiled", "python"):
+            base.compiled_physics = key == "compiled"
+            t0 = time.perf_counter()
+            n_env = episode()
+            runs[key].append(n_env / (time.perf_counter() - t0))
+            assert n_env == n == len(u_all)
+        t0 = time.perf_counter()
+        replay()
+        runs["raw"].append(len(u_all) / (time.perf_counter() - t0))
+    base.compiled_physics = base.backend.compiled_available
+    raw = np.array(runs["raw"])
+    return {"compiled": float(np.median(runs["compiled"])), "python": float(np.median(runs["python"])),
+            "raw": float(np.median(raw)), "compiled/raw": float(np.median(np.array(runs["compiled"]) / raw)),
+            "python/raw": float(np.median(np.array(runs["python"]) / raw))}
+
+
 def vector_rate(env_id: str, n: int, asynchronous: bool, seconds: float) -> float:
     venv = make_vector_env(env_id, n, asynchronous=asynchronous)
     venv.reset(seed=0)
@@ -164,6 +235,14 @@ def main() -> None:
         print(f"| {env_id} | {r['raw']:,.0f} | {r['loop_c']:,.0f} | {r['loop_c/raw']:.2f} | {r['loop_py']:,.0f} "
               f"| {r['loop_py/raw']:.2f} | {r['env_c']:,.0f} | {r['env_c/raw']:.2f} | {r['env_py']:,.0f} "
               f"| {r['env_py/raw']:.2f} | {r['env_c'] / r['substeps']:,.0f} |", flush=True)
+    print("\n## env.step with the expert vs raw mj_step replaying the episode's own ctrl (the same physics)")
+    print("| env | raw replay steps/s | env.step compiled | / raw | env.step Python | / raw |")
+    print("|---|---|---|---|---|---|")
+    for env_id, n in (("robot_rl/ArmPickLift-v0", 60), ("robot_rl/HumanoidStand-v0", 150),
+                      ("robot_rl/QuadHover-v0", 250)):
+        e = episode_vs_replay(env_id, n, args.repeats)
+        print(f"| {env_id} | {e['raw']:,.0f} | {e['compiled']:,.0f} | {e['compiled/raw']:.2f} | {e['python']:,.0f} "
+              f"| {e['python/raw']:.2f} |", flush=True)
     if args.only_env:
         return
     print("\n## vectorised env steps/s (sum over envs)")
