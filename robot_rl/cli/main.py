@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "eval": "robot_rl.cli.eval",
     "online": "robot_rl.cli.online",
     "sim": "robot_rl.cli.sim",
+    "rl": "robot_rl.cli.rl",
 }
 
 

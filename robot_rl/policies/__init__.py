@@ -14,6 +14,7 @@ POLICIES: dict[str, str] = {
     "flow": "robot_rl.policies.flow:FlowPolicy",
     "meanflow": "robot_rl.policies.meanflow:MeanFlowPolicy",
     "vla": "robot_rl.policies.vla:VLAPolicy",
+    "mlp": "robot_rl.policies.mlp:MLPPolicy",
 }
 
 

@@ -1,0 +1,173 @@
+"""The environments of a run: built, checked against the config, flattened, their actions scaled.
+
+Everything that can be wrong with a config's environment is found here, before the first step, and
+raised as a :class:`~robot_rl.core.config.ConfigError` naming the key: an unknown env id, an action space
+that is not a bounded Box, observation keys that do not exist or are images, an ``initial_action`` of
+the wrong length. Dict observations are flattened in a fixed key order (``RLConfig.obs_keys`` or the
+space's own sorted order), the order the exported policy's ``spec.state_dims`` records, so the policy
+node and ``robot-rl eval`` feed it the same vector. Policies act in [-1, 1]^A; :meth:`EnvSpec.to_env`
+maps that onto the action space's bounds.
+
+Vector envs follow Gymnasium's next-step autoreset (robot_rl.sim.batched_quad.BatchedQuadHover and
+``gym.make_vec`` alike): the step after a ``terminated | truncated`` one starts a new episode and its
+transition spans two episodes, so the training loop marks it invalid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from robot_rl.core.config import ConfigError
+from robot_rl.data.env_info import env_controller, env_robot
+from robot_rl.rl.config import RLConfig
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the policy sees and does: flattened keys and sizes, action bounds, robot and control mode."""
+
+    keys: tuple[str, ...]
+    """Observation keys in flattening order ("state" for a Box observation)."""
+    dims: tuple[int, ...]
+    """Flattened size of each key."""
+    low: np.ndarray
+    """Lower action bounds (A,)."""
+    high: np.ndarray
+    """Upper action bounds (A,)."""
+    robot: str
+    """Embodiment name for the checkpoint ("" when the env has none)."""
+    control_mode: str
+    """Control mode for the checkpoint ("" when the env has none)."""
+
+    @property
+    def obs_dim(self) -> int:
+        """Length of the flat observation."""
+        return int(sum(self.dims))
+
+    @property
+    def action_dim(self) -> int:
+        """Length of an action."""
+        return int(self.low.shape[0])
+
+    def flatten(self, obs: Any) -> np.ndarray:
+        """A batch of observations (dict of (N, ...) arrays, or an (N, ...) array) -> (N, obs_dim) float32."""
+        if not isinstance(obs, dict):
+            arr = np.asarray(obs, dtype=np.float32)
+            return arr.reshape(arr.shape[0], -1)
+        parts = [np.asarray(obs[k], dtype=np.float32).reshape(-1, d) for k, d in zip(self.keys, self.dims)]
+        return np.concatenate(parts, axis=1)
+
+    def to_env(self, action: np.ndarray) -> np.ndarray:
+        """Normalised actions in [-1, 1] (clipped first) -> the env's units."""
+        a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        return (self.low + (a + 1.0) * 0.5 * (self.high - self.low)).astype(np.float32)
+
+    def to_normalised(self, action: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`to_env` (for ``initial_action``)."""
+        return (2.0 * (np.asarray(action, dtype=np.float64) - self.low) / (self.high - self.low) - 1.0).astype(
+            np.float32)
+
+    def stats_by_key(self, mean: np.ndarray, std: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+        """Flat running statistics split per key, plus the action bounds (what the policy's normaliser fits)."""
+        out: dict[str, dict[str, np.ndarray]] = {"action": {"min": self.low, "max": self.high}}
+        start = 0
+        for key, dim in zip(self.keys, self.dims):
+            out[key] = {"mean": mean[start:start + dim], "std": std[start:start + dim]}
+            start += dim
+        return out
+
+
+def make_probe(cfg: RLConfig) -> gym.Env:
+    """One plain env of ``cfg.env_id`` (for its spaces and metadata); ConfigError when the id is unknown."""
+    import robot_rl.sim  # noqa: F401  (registers the robot_rl ids)
+
+    options = {} if cfg.vector == "batched" else dict(cfg.env_options)
+    try:
+        return gym.make(cfg.env_id, **options)
+    except gym.error.Error as exc:
+        known = sorted(k for k in gym.registry if k.startswith("robot_rl/") and "RealStandIn" not in k)
+        raise ConfigError(f"env_id: cannot make {cfg.env_id!r} ({exc}); robot_rl ids: {known}") from exc
+    except TypeError as exc:
+        raise ConfigError(f"env_options: {cfg.env_id} does not accept {sorted(options)} ({exc})") from exc
+
+
+def env_spec(cfg: RLConfig) -> EnvSpec:
+    """Check the env against the config and describe it; raises ConfigError naming the mismatch."""
+    env = make_probe(cfg)
+    try:
+        robot, controller = env_robot(env), env_controller(env)
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    if not isinstance(act_space, gym.spaces.Box) or len(act_space.shape) != 1:
+        raise ConfigError(f"env_id: {cfg.env_id} has action space {act_space}; PPO/SAC here need a 1-D Box")
+    low, high = act_space.low.astype(np.float64), act_space.high.astype(np.float64)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(high > low)):
+        raise ConfigError(f"env_id: {cfg.env_id}'s action bounds must be finite with high > low, "
+                          f"got {act_space.low} .. {act_space.high}")
+    if isinstance(obs_space, gym.spaces.Dict):
+        spaces = dict(obs_space.spaces)
+        keys = list(cfg.obs_keys) if cfg.obs_keys is not None else list(spaces)
+        missing = [k for k in keys if k not in spaces]
+        if missing:
+            raise ConfigError(f"obs_keys: {missing} not in {cfg.env_id}'s observation; it has {list(spaces)}")
+        dims = []
+        for key in keys:
+            sub = spaces[key]
+            if not isinstance(sub, gym.spaces.Box) or not np.issubdtype(sub.dtype, np.floating):
+                raise ConfigError(f"obs_keys: {key!r} is {sub}; the MLP policy takes float vectors only "
+                                  f"(leave images out with obs_keys)")
+            dims.append(int(np.prod(sub.shape)))
+    elif isinstance(obs_space, gym.spaces.Box) and np.issubdtype(obs_space.dtype, np.floating):
+        if cfg.obs_keys not in (None, ["state"]):
+            raise ConfigError(f"obs_keys: {cfg.env_id} has one Box observation (key 'state'), got {cfg.obs_keys}")
+        keys, dims = ["state"], [int(np.prod(obs_space.shape))]
+    else:
+        raise ConfigError(f"env_id: {cfg.env_id} has observation space {obs_space}; need a float Box or a Dict")
+    spec = EnvSpec(tuple(keys), tuple(dims), low, high, robot if robot != "unknown" else "",
+                   str(controller.get("control_mode", "")))
+    if cfg.initial_action is not None and len(cfg.initial_action) != spec.action_dim:
+        raise ConfigError(f"initial_action: {cfg.env_id} takes {spec.action_dim} action values, "
+                          f"got {len(cfg.initial_action)}")
+    return spec
+
+
+def make_vector(cfg: RLConfig, num_envs: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies as ``cfg.vector`` says (robot_rl.sim.vector.make_vector_env)."""
+    from robot_rl.sim.vector import make_vector_env
+
+    try:
+        return make_vector_env(cfg.env_id, num_envs, asynchronous=cfg.vector == "async",
+                               batched=cfg.vector == "batched", **cfg.env_options)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"vector / env_options: cannot build {num_envs} x {cfg.env_id} ({exc})") from exc
+
+
+def check_spaces(env: gym.vector.VectorEnv, spec: EnvSpec, cfg: RLConfig) -> None:
+    """The vector env's single spaces agree with the probe's (a batched version could drift from the env)."""
+    act = env.single_action_space
+    if not isinstance(act, gym.spaces.Box) or act.shape != (spec.action_dim,) or not (
+            np.allclose(act.low, spec.low) and np.allclose(act.high, spec.high)):
+        raise ConfigError(f"vector: {cfg.vector} {cfg.env_id} has action space {act}, the env has "
+                          f"Box({spec.low}, {spec.high})")
+    obs = env.single_observation_space
+    if isinstance(obs, gym.spaces.Dict):
+        for key, dim in zip(spec.keys, spec.dims):
+            sub = obs.spaces.get(key)
+            if not isinstance(sub, gym.spaces.Box) or int(np.prod(sub.shape)) != dim:
+                raise ConfigError(f"vector: {cfg.vector} {cfg.env_id}'s observation {key!r} is {sub}, the env's "
+                                  f"has {dim} values")
+
+
+def final_infos(info: dict[str, Any], key: str, n: int) -> np.ndarray:
+    """``info[key]`` of a vector step as an (n,) array (False where an env did not report it)."""
+    value = info.get(key)
+    if value is None:
+        return np.zeros(n, dtype=bool)
+    arr = np.asarray(value)
+    mask = np.asarray(info.get(f"_{key}", np.ones(n, dtype=bool)), dtype=bool)
+    return np.where(mask, arr.astype(bool), False)

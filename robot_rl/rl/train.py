@@ -1,0 +1,263 @@
+"""The one loop of RL from scratch: envs, budgets, evaluation, checkpoints, logs.
+
+As stable-baselines3 keeps its loops in ``common/``, the algorithms (robot_rl.rl.ppo, robot_rl.rl.sac)
+only act, record and update.
+
+    robot-rl rl train config/rl/quad_hover.yaml --out runs/hover
+
+Each vector step: flatten the observations, update their running statistics, act, step the env (actions
+mapped from [-1, 1] to the action space), check the rewards and observations are finite, shape the reward
+(``termination_penalty``, ``reward_scale``), record the transition (the one after an autoreset marked
+invalid) and update when the algorithm is ready. Every ``eval_every_steps`` the actor is exported as an
+:class:`~robot_rl.policies.mlp.MLPPolicy` (safetensors + policy.json, the observation statistics inside)
+and that checkpoint is evaluated on ``eval_episodes`` seeded episodes; it becomes ``<out>/policy`` only
+then. A non-finite reward, loss or weight stops the run with :class:`~robot_rl.rl.config.TrainingError`
+and ``<out>/policy`` stays the last good one. The run stops at ``total_steps``, at ``time_budget_s`` or
+when an evaluation reaches ``target_success``; the last policy is then evaluated (unless it just was).
+
+Run folder: ``rl_config.yaml``, ``tensorboard/``, ``policy/`` (the deployable checkpoint, ``robot-rl eval``
+runs it), ``curve.jsonl`` + ``learning_curve.png`` (success and final error vs env steps and wall time),
+``eval.json`` (the last evaluation's episodes) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from robot_rl.core.config import ConfigError, load_config, save_config
+from robot_rl.core.device import resolve_device
+from robot_rl.policies.base import PolicySpec
+from robot_rl.policies.mlp import MLPConfig, MLPPolicy
+from robot_rl.rl.config import RLConfig, TrainingError
+from robot_rl.rl.curves import append_record, plot_curve, read_records
+from robot_rl.rl.envs import EnvSpec, check_spaces, env_spec, make_vector
+from robot_rl.rl.evaluate import EvalResult, evaluate_policy
+from robot_rl.rl.normalization import RunningNorm
+
+SUCCESS_DISTANCE_HINT = 0.05
+"""Drawn on the error plot (the quadrotor's success radius) when the run reports an error."""
+
+
+class Agent(Protocol):
+    """What the loop needs of an algorithm (robot_rl.rl.ppo.PPOAgent, robot_rl.rl.sac.SACAgent)."""
+
+    def act(self, obs: np.ndarray) -> np.ndarray: ...  # noqa: D102
+    def observe(self, reward: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray,  # noqa: D102
+                truncated: np.ndarray, valid: np.ndarray) -> None: ...
+    def ready(self) -> bool: ...  # noqa: D102
+    def update(self) -> dict[str, float]: ...  # noqa: D102
+    def finite(self) -> bool: ...  # noqa: D102
+    def policy_config(self, obs_clip: float) -> MLPConfig: ...  # noqa: D102
+    def actor_state(self) -> dict[str, torch.Tensor]: ...  # noqa: D102
+
+
+@dataclass
+class RLResult:
+    """What a run did."""
+
+    policy_path: Path
+    """The deployable checkpoint (the last evaluated policy)."""
+    steps: int
+    """Env steps trained."""
+    seconds: float
+    """Wall time from the start to the end of the final evaluation [s]."""
+    train_seconds: float
+    """Wall time of the loop (env steps, updates and periodic evaluations) [s]."""
+    stopped: str
+    """Why training stopped: total_steps, time_budget or target_success."""
+    final: EvalResult
+    """The evaluation of the exported policy."""
+    first_target: dict[str, float] | None = None
+    """Env steps and wall time of the first evaluation that reached ``target_success`` (None: never)."""
+    evaluations: list[dict[str, float]] = field(default_factory=list)
+    """Every evaluation's aggregates (the learning curve)."""
+
+    @property
+    def steps_per_s(self) -> float:
+        """Env steps per second of the loop, updates and evaluations included."""
+        return self.steps / max(self.train_seconds, 1e-9)
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        hit = ("" if self.first_target is None else f"; target reached after {self.first_target['steps']:.0f} "
+               f"steps, {self.first_target['wall_s']:.1f} s")
+        return (f"{self.steps} env steps in {self.train_seconds:.1f} s ({self.steps_per_s:.0f} steps/s), "
+                f"stopped by {self.stopped}{hit}\nfinal policy: {self.final.summary()}\npolicy: {self.policy_path}")
+
+
+def make_agent(cfg: RLConfig, spec: EnvSpec, norm: RunningNorm, device: torch.device) -> Agent:
+    """The configured algorithm."""
+    init = None if cfg.initial_action is None else spec.to_normalised(np.asarray(cfg.initial_action))
+    if cfg.algorithm == "ppo":
+        from robot_rl.rl.ppo import PPOAgent
+
+        return PPOAgent(cfg.ppo, spec.obs_dim, spec.action_dim, cfg.num_envs, norm, device, init)
+    from robot_rl.rl.sac import SACAgent
+
+    return SACAgent(cfg.sac, spec.obs_dim, spec.action_dim, cfg.num_envs, norm, device, init, seed=cfg.seed)
+
+
+def export_policy(agent: Agent, spec: EnvSpec, norm: RunningNorm, cfg: RLConfig, version: int) -> MLPPolicy:
+    """The actor as an MLPPolicy with the running observation statistics and the action bounds inside."""
+    pspec = PolicySpec(state_dims=dict(zip(spec.keys, spec.dims)), image_shapes={}, action_dim=spec.action_dim,
+                       robot=spec.robot, control_mode=spec.control_mode)
+    policy = MLPPolicy(agent.policy_config(cfg.obs_clip), pspec)
+    policy.set_stats(spec.stats_by_key(norm.mean, norm.std))
+    policy.mlp.load_state_dict(agent.actor_state(), strict=True)
+    policy.version = version
+    policy.eval()
+    return policy
+
+
+def save_atomically(policy: MLPPolicy, folder: Path) -> None:
+    """Write the checkpoint next to ``folder`` and swap it in, so ``folder`` is always a whole checkpoint."""
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.save(tmp)
+    old = folder.with_name(f".{folder.name}.old")
+    if folder.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_metrics(metrics: dict[str, float], agent: Agent, where: str, kept: str) -> None:
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    if bad or not agent.finite():
+        what = ", ".join(f"{k} is {v}" for k, v in bad.items()) or "a network weight is not finite"
+        raise TrainingError(f"{where}: {what}; training stopped, {kept}")
+
+
+def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
+             log: Callable[[str], None] | None = None) -> RLResult:
+    """Train ``cfg.algorithm`` on ``cfg.env_id`` from scratch; everything goes under ``out_dir``."""
+    from torch.utils.tensorboard import SummaryWriter
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    if (out / "policy").exists() or (out / "summary.json").exists():
+        raise ConfigError(f"--out {out}: already holds a run; choose a new folder")
+    spec = env_spec(cfg)
+    device = resolve_device(cfg.device)
+    torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    env = make_vector(cfg, cfg.num_envs)
+    eval_env = make_vector(cfg, cfg.eval_episodes)
+    check_spaces(env, spec, cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "rl_config.yaml")
+    (out / "curve.jsonl").unlink(missing_ok=True)
+    norm = RunningNorm(spec.obs_dim, clip=cfg.obs_clip)
+    agent = make_agent(cfg, spec, norm, device)
+    writer = SummaryWriter(str(out / "tensorboard"))
+    bar = tqdm(total=cfg.total_steps, desc=f"{cfg.algorithm} {cfg.env_id}", unit="step", disable=not progress,
+               dynamic_ncols=True, unit_scale=True)
+    say = log or (lambda msg: bar.write(msg) if progress else None)
+    steps = updates = 0
+    next_eval, stopped, last = cfg.eval_every_steps, "total_steps", None
+    first_target: dict[str, float] | None = None
+    good = "no policy was exported yet"
+
+    def evaluate_now() -> EvalResult:
+        nonlocal good
+        policy = export_policy(agent, spec, norm, cfg, version=steps)
+        result = evaluate_policy(policy, eval_env, spec, cfg.eval_seed, cfg.error_keys)
+        save_atomically(policy, out / "policy")
+        good = f"the last good policy (step {steps}) is kept in {out / 'policy'}"
+        result.steps, result.wall_s = steps, time.perf_counter() - t0
+        append_record(out / "curve.jsonl", result)
+        for key, value in result.to_json().items():
+            if isinstance(value, float) and math.isfinite(value):
+                writer.add_scalar(f"eval/{key}", value, steps)
+        say(f"eval at {steps} steps, {result.wall_s:.1f} s: {result.summary()}")
+        return result
+
+    try:
+        raw, _ = env.reset(seed=cfg.seed)
+        obs = spec.flatten(raw)
+        norm.update(obs)
+        restarting = np.zeros(cfg.num_envs, dtype=bool)
+        while steps < cfg.total_steps:
+            if cfg.time_budget_s is not None and time.perf_counter() - t0 >= cfg.time_budget_s:
+                stopped = "time_budget"
+                break
+            action = agent.act(obs)
+            raw, reward, terminated, truncated, _ = env.step(spec.to_env(action))
+            reward = np.asarray(reward, dtype=np.float64)
+            terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
+            if not np.all(np.isfinite(reward)):
+                raise TrainingError(f"step {steps}: {cfg.env_id} returned non-finite reward(s) "
+                                    f"{reward[~np.isfinite(reward)][:4]} for env(s) "
+                                    f"{np.flatnonzero(~np.isfinite(reward))[:4]}; training stopped, {good}")
+            nxt = spec.flatten(raw)
+            if not np.all(np.isfinite(nxt)):
+                raise TrainingError(f"step {steps}: {cfg.env_id} returned a non-finite observation; "
+                                    f"training stopped, {good}")
+            shaped = (reward - cfg.termination_penalty * terminated) * cfg.reward_scale
+            agent.observe(shaped, nxt, terminated, truncated, ~restarting)
+            restarting = terminated | truncated
+            norm.update(nxt)
+            obs = nxt
+            steps += cfg.num_envs
+            bar.update(cfg.num_envs)
+            if agent.ready():
+                metrics = agent.update()
+                updates += 1
+                _check_metrics(metrics, agent, f"update {updates} (step {steps})", good)
+                for key, value in metrics.items():
+                    writer.add_scalar(f"train/{key}", value, steps)
+                writer.add_scalar("train/steps_per_s", steps / (time.perf_counter() - t0), steps)
+            if steps >= next_eval:
+                next_eval += cfg.eval_every_steps
+                last = evaluate_now()
+                bar.set_postfix(success=f"{last.success_rate:.2f}", refresh=False)
+                if cfg.target_success is not None and last.success_rate >= cfg.target_success:
+                    first_target = {"steps": float(steps), "wall_s": last.wall_s}
+                    stopped = "target_success"
+                    break
+        train_seconds = time.perf_counter() - t0
+        if last is None or last.steps != steps:
+            last = evaluate_now()
+    finally:
+        bar.close()
+        writer.close()
+        env.close()
+        eval_env.close()
+        rows = read_records(out / "curve.jsonl")
+        if rows:
+            plot_curve(rows, out / "learning_curve.png", f"{cfg.algorithm.upper()} on {cfg.env_id} (seed {cfg.seed})",
+                       SUCCESS_DISTANCE_HINT if cfg.error_keys else None)
+    result = RLResult(policy_path=out / "policy", steps=steps, seconds=time.perf_counter() - t0,
+                      train_seconds=train_seconds, stopped=stopped, final=last, first_target=first_target,
+                      evaluations=rows)
+    (out / "eval.json").write_text(json.dumps(last.to_json(), indent=2), encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(summary_json(cfg, result), indent=2), encoding="utf-8")
+    return result
+
+
+def summary_json(cfg: RLConfig, result: RLResult) -> dict[str, Any]:
+    """The run's headline numbers (summary.json)."""
+    return {"env_id": cfg.env_id, "algorithm": cfg.algorithm, "seed": cfg.seed, "steps": result.steps,
+            "seconds": result.seconds, "train_seconds": result.train_seconds, "steps_per_s": result.steps_per_s,
+            "stopped": result.stopped, "first_target": result.first_target,
+            "final": {k: v for k, v in result.final.to_json().items() if not isinstance(v, list)},
+            "policy": str(result.policy_path)}
+
+
+def train_from_file(config: str | Path, out_dir: str | Path, overrides: list[str] | None = None,
+                    progress: bool = True) -> RLResult:
+    """Load a YAML config (with ``key=value`` overrides) and train."""
+    return train_rl(load_config(RLConfig, config, overrides or []), out_dir, progress=progress)

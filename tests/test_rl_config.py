@@ -1,0 +1,108 @@
+"""RL from scratch: configs load strictly, bad ones stop with a message naming the key, statistics are right."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from robot_rl.core.config import ConfigError, load_config
+from robot_rl.rl.config import RLConfig
+from robot_rl.rl.envs import env_spec
+from robot_rl.rl.normalization import RunningNorm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["quad_hover", "arm_reach", "humanoid_walk"])
+def test_shipped_configs_load_and_fit_their_env(name: str) -> None:
+    cfg = load_config(RLConfig, REPO / "config" / "rl" / f"{name}.yaml")
+    spec = env_spec(cfg)
+    assert spec.obs_dim > 0 and spec.action_dim > 0
+    assert np.all(spec.high > spec.low)
+    if cfg.obs_keys is not None:
+        assert list(spec.keys) == cfg.obs_keys
+
+
+def test_quad_spec_flattens_in_the_configured_order() -> None:
+    cfg = load_config(RLConfig, REPO / "config" / "rl" / "quad_hover.yaml")
+    spec = env_spec(cfg)
+    assert spec.keys == ("position", "quat", "linvel", "angvel") and spec.dims == (3, 4, 3, 3)
+    assert spec.robot == "cf2x" and spec.control_mode == "thrust_body_rates"
+    obs = {k: np.full((2, d), i, np.float32) for i, (k, d) in enumerate(zip(spec.keys, spec.dims))}
+    obs["goal_pos"] = np.full((2, 3), 9, np.float32)
+    flat = spec.flatten(obs)
+    assert flat.shape == (2, 13) and list(flat[0]) == [0] * 3 + [1] * 4 + [2] * 3 + [3] * 3
+    a = np.array([[-1, -1, 0, 1], [2, 0, 0, 0]], np.float32)
+    np.testing.assert_allclose(spec.to_env(a), [[0, -1, 0, 1], [1, 0, 0, 0]], atol=1e-6)  # clipped, scaled
+    np.testing.assert_allclose(spec.to_normalised(spec.to_env(a[:1])), a[:1], atol=1e-6)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["env_id=robot_rl/NoSuchTask-v0"], "env_id: cannot make 'robot_rl/NoSuchTask-v0'"),
+    (["obs_keys=[position, velocity]"], "obs_keys: ['velocity'] not in"),
+    (["initial_action=[0.5, 0.0]"], "initial_action: robot_rl/QuadHover-v0 takes 4 action values"),
+    (["env_id=robot_rl/ArmReach-v0", "vector=batched", "obs_keys=null", "initial_action=null"],
+     "vector / env_options: cannot build"),
+])
+def test_bad_env_settings_stop_with_the_key_named(tmp_path: Path, overrides: list[str], message: str) -> None:
+    from robot_rl.rl.train import train_rl
+
+    cfg = load_config(RLConfig, REPO / "config" / "rl" / "quad_hover.yaml", [*overrides, "total_steps=1000"])
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        train_rl(cfg, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "policy").exists()
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["algorithm=dqn"], "algorithm: expected one of"),
+    (["ppo.gamma=1.5"], "gamma must be in"),
+    (["num_envs=0"], "num_envs: must be >= 1"),
+    (["time_budget_s=-1"], "time_budget_s: must be > 0"),
+    (["ppo.learning_rate=.nan"], "learning_rate: must be a positive number"),
+    (["sac.buffer_size=10"], "buffer_size 10 is smaller than batch_size"),
+    (["no_such_key=1"], "unknown key"),
+    (["device=tpu"], "device: must be one of"),
+])
+def test_bad_values_are_config_errors(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(RLConfig, REPO / "config" / "rl" / "quad_hover.yaml", overrides)
+
+
+class ImageOnly(gym.Env):  # type: ignore[type-arg]
+    observation_space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)})
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+class Unbounded(gym.Env):  # type: ignore[type-arg]
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+
+@pytest.mark.parametrize(("entry", "message"), [(ImageOnly, "the MLP policy takes float vectors only"),
+                                                (Unbounded, "action bounds must be finite")])
+def test_spaces_the_policy_cannot_take_are_refused(entry: type, message: str) -> None:
+    env_id = f"test_rl/{entry.__name__}-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=entry)
+    with pytest.raises(ConfigError, match=message):
+        env_spec(RLConfig(env_id=env_id))
+
+
+def test_running_norm_matches_the_statistics_of_all_batches() -> None:
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, (n, 4)) for n in (1, 7, 64, 300)]
+    batches.append(np.full((5, 4), 3.0))
+    norm = RunningNorm(4, clip=5.0)
+    for b in batches:
+        norm.update(b)
+    every = np.concatenate(batches)
+    np.testing.assert_allclose(norm.mean, every.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(norm.var, every.var(0), rtol=1e-10)
+    z = norm.normalize(every)
+    assert np.abs(z).max() <= 5.0 and abs(float(z.mean())) < 0.05
+    const = RunningNorm(1)
+    const.update(np.ones((10, 1)))
+    assert float(const.std[0]) == pytest.approx(0.01)  # floored: a constant feature is not blown up by 1e4

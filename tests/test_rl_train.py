@@ -1,0 +1,155 @@
+"""RL from scratch end to end: hover is learnt, the checkpoint deploys, non-finite values stop the run safely."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from tensordict import TensorDict
+
+from robot_rl.core.config import load_config
+from robot_rl.policies.base import Policy
+from robot_rl.rl.config import RLConfig, TrainingError
+from robot_rl.rl.envs import env_spec
+from robot_rl.rl.normalization import RunningNorm
+from robot_rl.rl.ppo import PPOAgent
+from robot_rl.rl.sac import SACAgent
+from robot_rl.rl.train import export_policy, make_agent, train_rl
+from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE
+
+REPO = Path(__file__).resolve().parents[1]
+HOVER = REPO / "config" / "rl" / "quad_hover.yaml"
+
+
+def hover(*overrides: str) -> RLConfig:
+    return load_config(RLConfig, HOVER, list(overrides))
+
+
+@pytest.mark.slow
+def test_ppo_learns_quadrotor_hover_within_a_bounded_number_of_steps(tmp_path: Path) -> None:
+    """The shipped config, without its wall-clock limit (CI machines are slower or busier): every one of the
+    50 evaluation episodes must end within 5 cm of the goal, slower than 0.1 m/s and without a crash,
+    within 2M env steps."""
+    result = train_rl(hover("time_budget_s=null", "total_steps=2000000"), tmp_path / "run", progress=False)
+    assert result.stopped == "target_success", result.summary()
+    final = result.final
+    assert final.success_rate == 1.0 and final.crash_rate == 0.0
+    assert final.error_max < SUCCESS_DISTANCE
+    assert result.first_target is not None and result.first_target["steps"] <= 2_000_000
+    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 10_000
+    rows = [json.loads(line) for line in (tmp_path / "run" / "curve.jsonl").read_text().splitlines()]
+    assert rows[0]["success_rate"] < 1.0 and rows[-1]["success_rate"] == 1.0  # it learnt, it did not start there
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stopped"] == "target_success" and summary["final"]["success_rate"] == 1.0
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "sac"])
+def test_exported_policy_is_the_trained_actor(algorithm: str, tmp_path: Path) -> None:
+    """Same actions from the training networks and from the checkpoint loaded through Policy.load."""
+    cfg = hover(f"algorithm={algorithm}", "num_envs=8", "sac.learning_starts=0")
+    spec = env_spec(cfg)
+    rng = np.random.default_rng(0)
+    norm = RunningNorm(spec.obs_dim, clip=cfg.obs_clip)
+    norm.update(rng.normal([0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0.3, (500, spec.obs_dim)))
+    agent = make_agent(cfg, spec, norm, torch.device("cpu"))
+    export_policy(agent, spec, norm, cfg, version=7).save(tmp_path / "policy")
+    policy = Policy.load(tmp_path / "policy")
+    assert policy.name == "mlp" and policy.version == 7 and policy.spec.robot == "cf2x"
+    assert list(policy.spec.state_dims) == ["position", "quat", "linvel", "angvel"]
+    raw = rng.normal([0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0.5, (16, spec.obs_dim)).astype(np.float32)
+    x = torch.from_numpy(norm.normalize(raw))
+    with torch.no_grad():
+        if isinstance(agent, PPOAgent):
+            mean = agent.actor(TensorDict({"policy": x}, batch_size=[16])).clamp(-1, 1)
+        else:
+            assert isinstance(agent, SACAgent)
+            mean, _ = agent.learner.actor(x, None, deterministic=True)
+    start = 0
+    obs = {}
+    for key, dim in policy.spec.state_dims.items():
+        obs[key] = raw[:, None, start:start + dim]
+        start += dim
+    np.testing.assert_allclose(policy.predict_chunk(obs)[:, 0], spec.to_env(mean.numpy()), atol=1e-5)
+
+
+def test_checkpoint_round_trips_through_robot_rl_eval(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    result = train_rl(hover("total_steps=20000", "eval_every_steps=10000", "num_envs=64", "eval_episodes=4"), run,
+                      progress=False)
+    assert result.steps >= 20000 and len(result.evaluations) == 2
+    assert (run / "tensorboard").is_dir() and (run / "rl_config.yaml").is_file()
+    proc = subprocess.run([sys.executable, "-m", "robot_rl.cli.main", "eval", str(run / "policy"), "--env",
+                           "robot_rl/QuadHover-v0", "--episodes", "2", "--out", str(tmp_path / "eval"),
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert report["seeds"] == [100000, 100001] and len(report["lengths"]) == 2
+
+
+def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    real_update = PPOAgent.update
+    calls = {"n": 0}
+
+    def poisoned(self: PPOAgent) -> dict[str, float]:
+        metrics = real_update(self)
+        calls["n"] += 1
+        if calls["n"] == 6:  # after the evaluation at 2 x 16 x 64 = 2048 steps... and a few more updates
+            with torch.no_grad():
+                next(self.actor.parameters()).fill_(float("nan"))
+            metrics["policy_loss"] = float("nan")
+        return metrics
+
+    monkeypatch.setattr(PPOAgent, "update", poisoned)
+    run = tmp_path / "run"
+    cfg = hover("num_envs=64", "ppo.steps_per_env=16", "eval_every_steps=2048", "eval_episodes=2",
+                "total_steps=100000")
+    with pytest.raises(TrainingError, match=r"update 6 \(step 6144\): policy_loss is nan.*step 4096"):
+        train_rl(cfg, run, progress=False)
+    policy = Policy.load(run / "policy")  # the last good one: loads, finite, from the evaluation before the NaN
+    assert policy.version == 4096
+    tensors = load_file(str(run / "policy" / "model.safetensors"))
+    assert all(bool(torch.isfinite(t).all()) for t in tensors.values() if t.is_floating_point())
+    assert (run / "learning_curve.png").is_file()
+
+
+class NaNReward(gym.Env):  # type: ignore[type-arg]
+    """A float observation and action; the reward turns NaN at the 5th step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        return np.zeros(3, np.float32), float("nan") if self.t >= 5 else 0.0, False, self.t >= 50, {}
+
+
+def test_non_finite_rewards_stop_training_with_a_clear_error(tmp_path: Path) -> None:
+    if "test_rl/NaNReward-v0" not in gym.registry:
+        gym.register("test_rl/NaNReward-v0", entry_point=NaNReward)
+    cfg = RLConfig(env_id="test_rl/NaNReward-v0", vector="sync", num_envs=2, total_steps=1000, eval_episodes=1)
+    with pytest.raises(TrainingError, match=r"step 8: test_rl/NaNReward-v0 returned non-finite reward\(s\)"):
+        train_rl(cfg, tmp_path / "run", progress=False)
+
+
+def test_cli_reports_bad_configs_and_existing_runs(tmp_path: Path) -> None:
+    bad = subprocess.run([sys.executable, "-m", "robot_rl.cli.main", "rl", "train", str(HOVER), "--out",
+                          str(tmp_path / "x"), "--set", "env_id=robot_rl/Nope-v0", "--no-progress"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "robot-rl rl: error: env_id: cannot make 'robot_rl/Nope-v0'" in bad.stdout
+    (tmp_path / "y" / "policy").mkdir(parents=True)
+    taken = subprocess.run([sys.executable, "-m", "robot_rl.cli.main", "rl", "train", str(HOVER), "--out",
+                            str(tmp_path / "y"), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert taken.returncode == 2 and "already holds a run" in taken.stdout
