@@ -386,7 +386,8 @@ def main() -> None:
         g1_case,
         cf2x_case,
     ]
-    print("Python API: compute() incl. state read; numpy = the reference law (before), compiled = the default now.")
+    print("Python API: compute() incl. state read; numpy = the reference law (before), compiled = the default now")
+    print("(joint PD has no compiled Python API: both columns are numpy; its kernel runs in the env loops).")
     print("In-loop: the law inside a compiled mj_step1 -> law -> mj_step2 loop minus a compiled replay of the same")
     print("ctrl (the step); P1 goal: law / step <= 0.5.")
     print(f"{'controller':46s} {'numpy us':>8s} {'compiled us':>11s} {'py mj_step':>10s} {'numpy x':>7s} "

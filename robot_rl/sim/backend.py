@@ -153,7 +153,7 @@ class MujocoBackend(SimBackend):
         ``law`` holds the control law's arguments as they are now; the pipeline's (noise drawn for the n
         steps) are taken when the loop runs.
         """
-        if self._raw is None:
+        if self._raw is None or self._raw[1] != mujoco_c.address(self.data):  # new data (e.g. a deep copy)
             d = self.data
             self._raw = (mujoco_c.address(self.model), mujoco_c.address(d), d.qpos, d.qvel, d.ctrl,
                          mujoco_c.warning_counts(d), np.array([int(w) for w in WATCHED_WARNINGS], dtype=np.int64))
