@@ -104,7 +104,8 @@ setup(
         ],
         # foundation-policy: RAPTOR's pretrained quadrotor policy (numpy + h5py), the outside reference that
         # tests/test_quad_raptor.py and benchmarks/quad_hover_compare.py fly in our envs.
-        "dev": ["pytest>=8", "pytest-timeout>=2.2", "ruff>=0.6", "mypy>=1.10", "types-PyYAML", "foundation-policy>=1.0"],
+        "dev": ["pytest>=8", "pytest-timeout>=2.2", "ruff>=0.6", "mypy>=1.10", "types-PyYAML",
+                "foundation-policy>=1.0"],
         # LeRobot itself needs Python >= 3.12 and torch < 2.12; our format code never imports it.
         "lerobot": ["lerobot>=0.6; python_version >= '3.12'"],
         # Language features of the small VLA: all-MiniLM-L6-v2 shipped inside this wheel (pulls

@@ -9,6 +9,7 @@ import pytest
 
 import robot_rl.sim  # noqa: F401
 from robot_rl.core import SpecError
+from robot_rl.robots import cf2x
 from robot_rl.sim.batched_quad import BatchedQuadHover
 from robot_rl.sim.experts import HoverExpert
 from robot_rl.sim.vector import make_vector_env
@@ -66,3 +67,19 @@ def test_batched_bad_input_and_crash() -> None:
         if terminated.any():
             assert obs["position"][terminated, 2].max() < 0.1 + 1e-6  # below MIN_HEIGHT when it ended
     assert crashed.all()
+
+
+def test_next_step_autoreset_ignores_the_action_and_returns_the_reset_state() -> None:
+    """Gymnasium's NEXT_STEP mode: the step after an episode's end only resets that drone (nothing is flown)."""
+    venv = BatchedQuadHover(4, max_episode_steps=3)
+    venv.reset(seed=1)
+    actions = np.tile(np.array([0.6, 0.5, -0.5, 0.5], np.float32), (4, 1))
+    for _ in range(3):
+        obs, _, terminated, truncated, _ = venv.step(actions)
+    assert truncated.all()
+    obs, rewards, terminated, truncated, _ = venv.step(actions)
+    np.testing.assert_array_equal(obs["angvel"], 0.0)  # a flown 20 ms step would spin up the body rates
+    np.testing.assert_allclose(obs["last_action"][:, 0], cf2x.HOVER_THRUST / cf2x.THRUST_MAX, rtol=1e-6)
+    assert np.all(rewards == 0) and not (terminated.any() or truncated.any())
+    obs, *_ = venv.step(actions)  # the new episode flies
+    assert np.abs(obs["angvel"]).max() > 0.1

@@ -137,23 +137,31 @@ class BatchedQuadHover(gym.vector.VectorEnv):
             raise SpecError("actions: contain NaN or inf; rejected before simulation")
         a = np.clip(a, self._low, self._high)
         restarting = np.flatnonzero(self._autoreset)
-        if restarting.size:
+        stepping = None
+        if restarting.size:  # Gymnasium's next-step autoreset: these only reset; their action is ignored
             self._reset_envs(restarting)
+            stepping = np.flatnonzero(~self._autoreset)
+            at_rest = self._motors[restarting].copy(), self._estimate[restarting].copy()
         collective = a[:, 0] * 4 * cf2x.THRUST_MAX
         rates = a[:, 1:] * MAX_BODY_RATE
         self._last_action = a.copy()
+        self._last_action[restarting] = self._hover_action
         wrench = np.empty((self.num_envs, 4))
         wrench[:, 0] = collective
         yaw = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE
         for _ in range(self.substeps):
             w = self.qvel[:, cf2x.QVEL_BASE_ANGVEL]
             wrench[:, 1:] = INERTIA * RATE_GAIN * (rates - w) + np.cross(w, INERTIA * w)
-            command = lead_motors(np.einsum("ij,nj->ni", self.mixer_inv, wrench), self._estimate, self._alpha)
+            command = lead_motors(np.einsum("ij,nj->ni", self.mixer_inv[:, :3], wrench[:, :3]),
+                                  self.mixer_inv[:, 3] * wrench[:, 3:], self._estimate, self._alpha)
             self._motors += self._alpha * (command - self._motors)
             self.ctrl[:, cf2x.CTRL_THRUST] = self._motors
             self.ctrl[:, cf2x.CTRL_YAW_TORQUE] = self._motors * yaw
-            self.batch.step()
+            self.batch.step(stepping)
+        if restarting.size:
+            self._motors[restarting], self._estimate[restarting] = at_rest
         self._steps += 1
+        self._steps[restarting] = 0
         pos, vel = self.qpos[:, cf2x.QPOS_BASE_POS], self.qvel[:, cf2x.QVEL_BASE_LINVEL]
         z_axis = _quat_z_axis(self.qpos[:, cf2x.QPOS_BASE_QUAT])
         dist = np.linalg.norm(pos - GOAL, axis=1)

@@ -485,6 +485,7 @@ def quad_rate_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarra
     ``wrench_gain`` is INERTIA * RATE_GAIN.
     """
     command, out, wrench, thrusts = np.empty(8), np.empty(8), np.empty(4), thrust_cmd.copy()
+    tilt, yaw = np.empty(4), np.empty(4)
     before = _warning_total(warnings, watch)
     for i in range(n):
         mj_step1(ptr(m), ptr(d))
@@ -497,9 +498,18 @@ def quad_rate_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarra
             wrench[1] += w[1] * jw[2] - w[2] * jw[1]  # gyroscopic term w x Jw
             wrench[2] += w[2] * jw[0] - w[0] * jw[2]
             wrench[3] += w[0] * jw[1] - w[1] * jw[0]
-            desired = _matvec(mixer_inv, wrench)
-            for k in range(4):  # quad_base.lead_motors
-                thrusts[k] = _clip(estimate[k] + lead_gain * (desired[k] - estimate[k]), thrust_min, thrust_max)
+            share = 1.0
+            for k in range(4):  # quad_base.lead_motors: the tilt (collective, roll, pitch) and yaw parts
+                tilt_k = mixer_inv[k, 0] * wrench[0] + mixer_inv[k, 1] * wrench[1] + mixer_inv[k, 2] * wrench[2]
+                tilt[k] = estimate[k] + lead_gain * (tilt_k - estimate[k])
+                yaw[k] = lead_gain * (mixer_inv[k, 3] * wrench[3])
+                if yaw[k] > 0:  # yaw gives way first when a motor saturates
+                    share = min(share, (thrust_max - tilt[k]) / yaw[k])
+                elif yaw[k] < 0:
+                    share = min(share, (thrust_min - tilt[k]) / yaw[k])
+            share = max(share, 0.0)
+            for k in range(4):
+                thrusts[k] = _clip(tilt[k] + share * yaw[k], thrust_min, thrust_max)
                 estimate[k] += lead_alpha * (thrusts[k] - estimate[k])
         for k in range(4):  # cf2x.rotor_commands
             t = _clip(thrusts[k], thrust_min, thrust_max)

@@ -48,14 +48,25 @@ _WRENCH_GAIN = INERTIA * RATE_GAIN
 _YAW_COEF = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE  # what cf2x.rotor_commands multiplies thrusts by
 
 
-def lead_motors(desired: np.ndarray, estimate: np.ndarray, alpha: float) -> np.ndarray:
-    """Rotor thrust commands that drive first-order motors towards ``desired`` at ``MOTOR_LEAD_BANDWIDTH``.
+def lead_motors(thrust_tilt: np.ndarray, thrust_yaw: np.ndarray, estimate: np.ndarray, alpha: float) -> np.ndarray:
+    """Rotor thrust commands that drive lagging motors to ``thrust_tilt + thrust_yaw``, yaw given up first.
 
-    ``estimate`` (updated in place) is the loop's model of the motor thrusts, discretised as the
-    simulator's actuator pipeline does (``alpha = dt / (tau + dt)``); works on (4,) and (N, 4) arrays.
+    The motors follow at ``MOTOR_LEAD_BANDWIDTH`` instead of ``1 / cf2x.MOTOR_TIME_CONSTANT``.
+
+    ``thrust_tilt`` holds the rotor thrusts for the collective thrust and the roll/pitch torques,
+    ``thrust_yaw`` those for the yaw torque. The yaw share of the command is scaled down until every
+    rotor fits its range (PX4's mixer does the same: yaw has ~30x less authority per newton and would
+    otherwise cancel roll and pitch); the rest is clipped. ``estimate`` (updated in place) is the loop's
+    model of the motor thrusts, discretised as the actuator pipeline does (``alpha = dt / (tau + dt)``).
+    Works on (4,) and (N, 4) arrays.
     """
     gain = cf2x.MOTOR_TIME_CONSTANT * MOTOR_LEAD_BANDWIDTH
-    command = np.clip(estimate + gain * (desired - estimate), cf2x.THRUST_MIN, cf2x.THRUST_MAX)
+    tilt = estimate + gain * (thrust_tilt - estimate)
+    yaw = gain * thrust_yaw
+    with np.errstate(divide="ignore", invalid="ignore"):
+        room = np.where(yaw > 0, (cf2x.THRUST_MAX - tilt) / yaw, np.where(yaw < 0, (cf2x.THRUST_MIN - tilt) / yaw, 1.0))
+    share = np.clip(np.min(room, axis=-1, keepdims=True), 0.0, 1.0)
+    command = np.clip(tilt + share * yaw, cf2x.THRUST_MIN, cf2x.THRUST_MAX)
     estimate += alpha * (command - estimate)
     return command
 
@@ -172,14 +183,14 @@ class QuadEnv(RobotEnv):
         mujoco.mj_forward(self.model, self.data)
         if self.mode == ControlMode.MOTOR_COMMANDS:
             return cf2x.rotor_commands(self.thrust_cmd)
-        desired = np.clip(self._desired_thrusts(), cf2x.THRUST_MIN, cf2x.THRUST_MAX)
+        desired = np.clip(sum(self._desired_thrusts()), cf2x.THRUST_MIN, cf2x.THRUST_MAX)
         self._motor_estimate = desired.copy()
         return cf2x.rotor_commands(desired)
 
     def _control(self) -> np.ndarray:
         if self.mode == ControlMode.MOTOR_COMMANDS:
             return cf2x.rotor_commands(self.thrust_cmd)
-        return cf2x.rotor_commands(lead_motors(self._desired_thrusts(), self._motor_estimate, self._lead_alpha))
+        return cf2x.rotor_commands(lead_motors(*self._desired_thrusts(), self._motor_estimate, self._lead_alpha))
 
     def _compiled_substeps(self) -> SubstepLoop | None:
         k = kernels.load()
@@ -192,8 +203,11 @@ class QuadEnv(RobotEnv):
                _YAW_COEF)
         return self.backend.compiled_loop(k.quad_rate_substeps, law, self.actuators, self.pipeline)
 
-    def _desired_thrusts(self) -> np.ndarray:
-        """Rotor thrusts for the collective thrust and the body-rate loop's torques (unclipped)."""
+    def _desired_thrusts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rotor thrusts (unclipped) for the collective thrust and the roll/pitch torques, and for the yaw torque.
+
+        Both come from the body-rate loop; :func:`lead_motors` gives up the yaw part first.
+        """
         w = self.data.qvel[cf2x.QVEL_BASE_ANGVEL]
         jw = INERTIA * w
         wrench = self._wrench
@@ -202,7 +216,7 @@ class QuadEnv(RobotEnv):
         wrench[1] += w[1] * jw[2] - w[2] * jw[1]  # gyroscopic term w x Jw, written out (np.cross is slow)
         wrench[2] += w[2] * jw[0] - w[0] * jw[2]
         wrench[3] += w[0] * jw[1] - w[1] * jw[0]
-        return self.mixer_inv @ wrench
+        return self.mixer_inv[:, :3] @ wrench[:3], self.mixer_inv[:, 3] * wrench[3]
 
     # ---- observation / reward -------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:
