@@ -1,4 +1,4 @@
-"""Low-level control laws (pure numpy + MuJoCo model quantities, no rclpy) and the safety layer.
+"""Low-level control laws and the safety layer (no rclpy); numba kernels in :mod:`robot_rl.control.kernels`.
 
 Every controller implements :class:`Controller` (``reset`` / ``set_target`` / ``compute`` at each
 physics or control tick) and is built per robot from ``controllers/<robot>.yaml`` by

@@ -21,12 +21,13 @@ from robot_rl.control.base import Controller, RobotState
 ControlCallback = Callable[[], np.ndarray]
 """Called between ``mj_step1`` and ``mj_step2``; returns the commands of the controlled actuators."""
 
-_DIVERGENCE_WARNINGS = (
+DIVERGENCE_WARNINGS = (
     mujoco.mjtWarning.mjWARN_BADQACC,
     mujoco.mjtWarning.mjWARN_BADQPOS,
     mujoco.mjtWarning.mjWARN_BADQVEL,
     mujoco.mjtWarning.mjWARN_BADCTRL,
 )
+"""MuJoCo warnings that mean the simulation diverged (the Python loop and the compiled one both watch them)."""
 
 
 def as_slice(indices: np.ndarray | slice) -> slice | np.ndarray:
@@ -40,11 +41,11 @@ def as_slice(indices: np.ndarray | slice) -> slice | np.ndarray:
 
 
 def _warning_count(data: mujoco.MjData) -> int:
-    return int(sum(data.warning[w].number for w in _DIVERGENCE_WARNINGS))
+    return int(sum(data.warning[w].number for w in DIVERGENCE_WARNINGS))
 
 
 def _last_warning(data: mujoco.MjData) -> str:
-    for w in _DIVERGENCE_WARNINGS:
+    for w in DIVERGENCE_WARNINGS:
         if data.warning[w].number:
             return mujoco.mjtWarning(w).name
     return "unknown"

@@ -24,14 +24,13 @@ import numpy as np
 from robot_rl.control import kernels
 from robot_rl.control.joint_pd import JointPDController
 from robot_rl.control.kernels import mujoco_c
-from robot_rl.control.stepping import ControlCallback, step_physics
+from robot_rl.control.stepping import DIVERGENCE_WARNINGS, ControlCallback, step_physics
 from robot_rl.sim.actuation import ActuatorPipeline
 
 SubstepLoop = Callable[[int], int]
 """Runs ``n`` physics steps (controller and actuators inside) and returns a kernels status code."""
 
-WATCHED_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
-                    mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADCTRL)
+WATCHED_WARNINGS = DIVERGENCE_WARNINGS
 """The divergence warnings, in the order :func:`step_physics` checks and reports them."""
 
 
