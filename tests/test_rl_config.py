@@ -65,6 +65,8 @@ def test_bad_env_settings_stop_with_the_key_named(tmp_path: Path, overrides: lis
     (["sac.buffer_size=10"], "buffer_size 10 is smaller than batch_size"),
     (["no_such_key=1"], "unknown key"),
     (["device=tpu"], "device: must be one of"),
+    (["error_keys=null", "target_error=0.02"], "target_error: needs error_keys"),
+    (["ppo.anneal_lr=true"], "anneal_lr: needs schedule: fixed"),
 ])
 def test_bad_values_are_config_errors(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -106,3 +108,19 @@ def test_running_norm_matches_the_statistics_of_all_batches() -> None:
     const = RunningNorm(1)
     const.update(np.ones((10, 1)))
     assert float(const.std[0]) == pytest.approx(0.01)  # floored: a constant feature is not blown up by 1e4
+
+
+def test_targets_need_every_set_criterion() -> None:
+    from robot_rl.rl.evaluate import EvalResult
+    from robot_rl.rl.train import budget_spent, meets_target
+
+    result = EvalResult(success=[True] * 4, crashed=[False] * 4, final_error=[0.01, 0.01, 0.01, 0.03])
+    hover = load_config(RLConfig, REPO / "config" / "rl" / "quad_hover.yaml")
+    assert meets_target(hover, result)  # target_success 1.0
+    assert not meets_target(load_config(RLConfig, REPO / "config" / "rl" / "quad_hover.yaml",
+                                        ["target_error=0.02"]), result)  # one episode ends 3 cm off
+    result.success[0] = False
+    assert not meets_target(hover, result)
+    assert not meets_target(RLConfig(), result)  # no target: never
+    assert budget_spent(hover, 1_500_000, 12.0) == pytest.approx(0.5)  # 3M steps or 60 s, the larger share
+    assert budget_spent(hover, 300_000, 30.0) == pytest.approx(0.5)

@@ -38,7 +38,7 @@ def test_ppo_learns_quadrotor_hover_within_a_bounded_number_of_steps(tmp_path: P
     50 evaluation episodes must end within 5 cm of the goal, slower than 0.1 m/s and without a crash,
     within 2M env steps."""
     result = train_rl(hover("time_budget_s=null", "total_steps=2000000"), tmp_path / "run", progress=False)
-    assert result.stopped == "target_success", result.summary()
+    assert result.stopped == "target", result.summary()
     final = result.final
     assert final.success_rate == 1.0 and final.crash_rate == 0.0
     assert final.error_max < SUCCESS_DISTANCE
@@ -47,7 +47,7 @@ def test_ppo_learns_quadrotor_hover_within_a_bounded_number_of_steps(tmp_path: P
     rows = [json.loads(line) for line in (tmp_path / "run" / "curve.jsonl").read_text().splitlines()]
     assert rows[0]["success_rate"] < 1.0 and rows[-1]["success_rate"] == 1.0  # it learnt, it did not start there
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["stopped"] == "target_success" and summary["final"]["success_rate"] == 1.0
+    assert summary["stopped"] == "target" and summary["final"]["success_rate"] == 1.0
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "sac"])

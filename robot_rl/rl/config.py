@@ -38,6 +38,10 @@ class PPOSettings:
     """``adaptive``: the learning rate follows the KL divergence to ``desired_kl`` (rsl_rl's default)."""
     desired_kl: float = 0.01
     """KL target of the adaptive schedule."""
+    anneal_lr: bool = False
+    """With ``schedule: fixed``: decay the learning rate linearly to 0 over the run's budget (the larger of
+    the fractions of ``total_steps`` and ``time_budget_s`` spent), as cleanrl's and stable-baselines3's PPO
+    can; keeps a converged policy from drifting on normalised-advantage noise."""
     clip_param: float = 0.2
     """Ratio clip of the surrogate and of the value function."""
     gamma: float = 0.95
@@ -68,6 +72,8 @@ class PPOSettings:
                 raise ValueError(f"{name}: must be a positive number, got {value}")
         if not (0 < self.gamma < 1 and 0 < self.lam <= 1):
             raise ValueError(f"gamma must be in (0, 1) and lam in (0, 1], got {self.gamma}, {self.lam}")
+        if self.anneal_lr and self.schedule != "fixed":
+            raise ValueError("anneal_lr: needs schedule: fixed (the adaptive schedule sets the rate itself)")
         if self.entropy_coef < 0 or self.value_loss_coef <= 0:
             raise ValueError("entropy_coef must be >= 0 and value_loss_coef > 0")
         if not self.hidden or min(self.hidden) < 1:
@@ -142,6 +148,9 @@ class RLConfig:
     Training stops at whichever of ``total_steps`` and this comes first, then the final evaluation runs."""
     target_success: float | None = None
     """Stop as soon as an evaluation reaches this success rate (e.g. 1.0: every episode); None: never."""
+    target_error: float | None = None
+    """With ``error_keys``: an evaluation meets the target only when the LARGEST final error is below this
+    too (e.g. 0.02 for every episode within 2 cm); None: success alone decides."""
     termination_penalty: float = 0.0
     """Subtracted from the reward of a terminating step (a crash). Needed where per-step rewards can be
     negative: otherwise ending the episode early is the best return (the hover reward is -distance + 0.5,
@@ -181,6 +190,8 @@ class RLConfig:
             raise ValueError(f"time_budget_s: must be > 0 (or null), got {self.time_budget_s}")
         if self.target_success is not None and not 0 < self.target_success <= 1:
             raise ValueError(f"target_success: must be in (0, 1] (or null), got {self.target_success}")
+        if self.target_error is not None and (self.error_keys is None or not self.target_error > 0):
+            raise ValueError(f"target_error: needs error_keys and a value > 0, got {self.target_error}")
         for name in ("termination_penalty", "reward_scale", "obs_clip"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}: must be finite, got {getattr(self, name)}")

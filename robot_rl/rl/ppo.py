@@ -89,9 +89,16 @@ class PPOAgent:
         """A full rollout is stored."""
         return self._t >= self.settings.steps_per_env
 
-    def update(self) -> dict[str, float]:
-        """GAE, mask the autoreset steps, then rsl_rl's PPO epochs; returns the mean losses."""
+    def update(self, progress: float = 0.0) -> dict[str, float]:
+        """GAE, mask the autoreset steps, then rsl_rl's PPO epochs; returns the mean losses.
+
+        ``progress`` (0..1, the share of the run's budget spent) sets the learning rate when ``anneal_lr``.
+        """
         assert self._last is not None
+        if self.settings.anneal_lr:
+            self.alg.learning_rate = self.settings.learning_rate * max(0.0, 1.0 - progress)
+            for group in self.alg.optimizer.param_groups:
+                group["lr"] = self.alg.learning_rate
         with torch.inference_mode():
             self.alg.compute_returns(self._last)
             storage = self.alg.storage

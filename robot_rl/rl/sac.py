@@ -96,8 +96,8 @@ class SACAgent:
         """Random exploration is over and a batch fits in the replay."""
         return self.steps >= self.settings.learning_starts and self.replay.size >= self.settings.batch_size
 
-    def update(self) -> dict[str, float]:
-        """``updates_per_step`` learner updates of ``utd_ratio`` critic steps each."""
+    def update(self, progress: float = 0.0) -> dict[str, float]:
+        """``updates_per_step`` learner updates of ``utd_ratio`` critic steps each (``progress`` is unused)."""
         s = self.settings
         metrics: dict[str, float] = {}
         for _ in range(s.updates_per_step):

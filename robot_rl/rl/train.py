@@ -13,7 +13,7 @@ invalid) and update when the algorithm is ready. Every ``eval_every_steps`` the 
 and that checkpoint is evaluated on ``eval_episodes`` seeded episodes; it becomes ``<out>/policy`` only
 then. A non-finite reward, loss or weight stops the run with :class:`~robot_rl.rl.config.TrainingError`
 and ``<out>/policy`` stays the last good one. The run stops at ``total_steps``, at ``time_budget_s`` or
-when an evaluation reaches ``target_success``; the last policy is then evaluated (unless it just was).
+when an evaluation meets ``target_success`` / ``target_error``; the last policy is then evaluated (unless it just was).
 
 Run folder: ``rl_config.yaml``, ``tensorboard/``, ``policy/`` (the deployable checkpoint, ``robot-rl eval``
 runs it), ``curve.jsonl`` + ``learning_curve.png`` (success and final error vs env steps and wall time),
@@ -56,7 +56,7 @@ class Agent(Protocol):
     def observe(self, reward: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray,  # noqa: D102
                 truncated: np.ndarray, valid: np.ndarray) -> None: ...
     def ready(self) -> bool: ...  # noqa: D102
-    def update(self) -> dict[str, float]: ...  # noqa: D102
+    def update(self, progress: float = 0.0) -> dict[str, float]: ...  # noqa: D102
     def finite(self) -> bool: ...  # noqa: D102
     def policy_config(self, obs_clip: float) -> MLPConfig: ...  # noqa: D102
     def actor_state(self) -> dict[str, torch.Tensor]: ...  # noqa: D102
@@ -75,11 +75,11 @@ class RLResult:
     train_seconds: float
     """Wall time of the loop (env steps, updates and periodic evaluations) [s]."""
     stopped: str
-    """Why training stopped: total_steps, time_budget or target_success."""
+    """Why training stopped: total_steps, time_budget or target (``target_success`` / ``target_error`` met)."""
     final: EvalResult
     """The evaluation of the exported policy."""
     first_target: dict[str, float] | None = None
-    """Env steps and wall time of the first evaluation that reached ``target_success`` (None: never)."""
+    """Env steps and wall time of the evaluation that met the target (None: never)."""
     evaluations: list[dict[str, float]] = field(default_factory=list)
     """Every evaluation's aggregates (the learning curve)."""
 
@@ -131,6 +131,21 @@ def save_atomically(policy: MLPPolicy, folder: Path) -> None:
         os.replace(folder, old)
     os.replace(tmp, folder)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def budget_spent(cfg: RLConfig, steps: int, seconds: float) -> float:
+    """The share of the run's budget spent: the larger of the step and the wall-time fractions."""
+    spent = steps / cfg.total_steps
+    return max(spent, seconds / cfg.time_budget_s) if cfg.time_budget_s is not None else spent
+
+
+def meets_target(cfg: RLConfig, result: EvalResult) -> bool:
+    """Whether an evaluation reaches ``target_success`` and ``target_error`` (those that are set; one must be)."""
+    if cfg.target_success is None and cfg.target_error is None:
+        return False
+    if cfg.target_success is not None and result.success_rate < cfg.target_success:
+        return False
+    return cfg.target_error is None or result.error_max < cfg.target_error
 
 
 def _check_metrics(metrics: dict[str, float], agent: Agent, where: str, kept: str) -> None:
@@ -214,7 +229,7 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
             steps += cfg.num_envs
             bar.update(cfg.num_envs)
             if agent.ready():
-                metrics = agent.update()
+                metrics = agent.update(budget_spent(cfg, steps, time.perf_counter() - t0))
                 updates += 1
                 _check_metrics(metrics, agent, f"update {updates} (step {steps})", good)
                 for key, value in metrics.items():
@@ -224,9 +239,9 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
                 next_eval += cfg.eval_every_steps
                 last = evaluate_now()
                 bar.set_postfix(success=f"{last.success_rate:.2f}", refresh=False)
-                if cfg.target_success is not None and last.success_rate >= cfg.target_success:
+                if meets_target(cfg, last):
                     first_target = {"steps": float(steps), "wall_s": last.wall_s}
-                    stopped = "target_success"
+                    stopped = "target"
                     break
         train_seconds = time.perf_counter() - t0
         if last is None or last.steps != steps:
