@@ -34,7 +34,8 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 HUMANOID_KEYS = ["joint_pos", "joint_vel", "base_quat", "base_angvel", "base_linvel", "projected_gravity",
                  "base_height"]
-QUAD_KEYS = ["position", "quat", "linvel", "angvel", "goal_pos", "goal_vel"]
+QUAD_KEYS = ["position", "quat", "linvel", "angvel", "goal_pos", "goal_vel", "last_action"]
+"""last_action has no sensor: the policy node feeds back what it sent (a missing feed-back fails at start-up)."""
 
 
 def _run(launch_file: str, ckpt: Path, tmp_path: Path, topic: str, msg_type: type, n: int) -> dict:

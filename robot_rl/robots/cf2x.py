@@ -72,6 +72,20 @@ EMBODIMENT = Embodiment(
 _YAW_COEF = YAW_TORQUE_SIGNS * THRUST_TO_TORQUE
 
 
+def rest_action(mode: ControlMode) -> np.ndarray:
+    """The normalised action that holds a level Crazyflie still: hover thrust, no body rates."""
+    frac = HOVER_THRUST / THRUST_MAX
+    return np.full(4, frac) if mode == ControlMode.MOTOR_COMMANDS else np.array([frac, 0.0, 0.0, 0.0])
+
+
+def clip_action(mode: ControlMode, action: np.ndarray) -> np.ndarray:
+    """A normalised action clipped to its range (motors and collective in [0, 1], body rates in [-1, 1])."""
+    a = np.asarray(action, dtype=np.float64)
+    if mode == ControlMode.MOTOR_COMMANDS:
+        return np.clip(a, 0.0, 1.0)
+    return np.r_[np.clip(a[:1], 0.0, 1.0), np.clip(a[1:], -1.0, 1.0)]
+
+
 def mixer_matrix() -> np.ndarray:
     """4x4 matrix mapping per-rotor thrusts to (collective thrust, roll, pitch, yaw torques)."""
     x, y = ROTOR_POSITIONS[:, 0], ROTOR_POSITIONS[:, 1]

@@ -11,7 +11,9 @@ the policy node subscribes to exactly the topics those keys need, following :dat
   needs both;
 * ``image_<camera>`` (any image key of the spec) -> ``<camera>/image_raw``;
 * task inputs with no sensor (goal_pos, goal_vel, a walking command): constants from a parameter,
-  ``"goal_pos=[0.55, 0.0, 0.15]; command=0.3 0 0"`` (:func:`parse_constants`); a constant wins over a topic.
+  ``"goal_pos=[0.55, 0.0, 0.15]; command=0.3 0 0"`` (:func:`parse_constants`); a constant wins over a topic;
+* ``last_action`` (the quadrotor's previous action, as applied): fed back by the policy node itself
+  (kept among the constants), starting from the robot's rest action as the env does at reset.
 
 Frames and units are those of the simulated envs, so a policy sees on the graph what it saw in training.
 A key with no source is a :class:`~robot_rl.core.spaces.SpecError` at start-up that names it.

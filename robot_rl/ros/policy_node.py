@@ -42,7 +42,7 @@ from robot_rl.core.device import check_device_name
 from robot_rl.core.spaces import SpecError
 from robot_rl.learners.graph_actor import StreamedResidual, check_streamable, read_run_config
 from robot_rl.policies.base import Policy
-from robot_rl.robots import robot_module
+from robot_rl.robots import cf2x, robot_module
 from robot_rl.ros.command_publisher import CommandPublisher
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.observation_sources import ObservationSources, parse_constants
@@ -119,6 +119,9 @@ class PolicyNode(Node):
         constants = parse_constants(cfg.constants)
         if cfg.goal_pos:
             constants.setdefault("goal_pos", np.asarray(cfg.goal_pos, np.float32))
+        self.feeds_back = "last_action" in policy.spec.state_dims and robot == cf2x.NAME
+        if self.feeds_back:  # the quadrotor's previous action, as the env reports it: rest action first
+            constants.setdefault("last_action", cf2x.rest_action(self.adapter.mode).astype(np.float32))
         self.runner = PolicyRunner(policy, self._weights_dir(), num_steps=cfg.inference_steps or None, threaded=True,
                                    on_swap=self._on_swap, on_error=self._on_error, device=cfg.device)
         self.sources = ObservationSources(self, [*self.runner.keys, *self.adapter.measured_keys], robot,
@@ -212,6 +215,9 @@ class PolicyNode(Node):
             self.get_logger().warn(f"action skipped: {exc}", throttle_duration_sec=1.0)
             return
         self.out.publish(self.last)
+        if self.feeds_back:
+            applied = cf2x.clip_action(self.adapter.mode, np.asarray(action)).astype(np.float32)
+            self.sources.constants["last_action"] = applied
         self.pub_action.publish(Float64MultiArray(data=np.asarray(action, np.float64).tolist()))
         if base is not None and self.pub_base is not None:
             self.pub_base.publish(Float64MultiArray(data=np.asarray(base, np.float64).tolist()))

@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 from mujoco import batch as mj_batch
 from scipy.spatial.transform import Rotation
 
-from robot_rl.core import SpecError
+from robot_rl.core import ControlMode, SpecError
 from robot_rl.robots import cf2x, scenes
 from robot_rl.sim.envs.quad_base import (
     INERTIA,
@@ -69,7 +69,7 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         """Lagged rotor thrusts (the actuator pipeline's state) [N]."""
         self._estimate = self._motors.copy()
         """The body-rate loop's model of the motor thrusts [N]."""
-        self._hover_action = np.array([cf2x.HOVER_THRUST / cf2x.THRUST_MAX, 0.0, 0.0, 0.0])
+        self._hover_action = cf2x.rest_action(ControlMode.THRUST_BODY_RATES)
         self._last_action = np.tile(self._hover_action, (num_envs, 1))
         template = QuadHoverEnv()
         self.single_observation_space = template.observation_space

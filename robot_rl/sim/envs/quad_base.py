@@ -162,8 +162,7 @@ class QuadEnv(RobotEnv):
 
     def _hover_action(self) -> np.ndarray:
         """The action that holds a level drone still (what the motors do at reset)."""
-        frac = cf2x.HOVER_THRUST / cf2x.THRUST_MAX
-        return np.full(4, frac) if self.mode == ControlMode.MOTOR_COMMANDS else np.array([frac, 0.0, 0.0, 0.0])
+        return cf2x.rest_action(self.mode)
 
     # ---- control --------------------------------------------------------------------------------
     def _apply_action(self, action: dict[str, np.ndarray]) -> None:
