@@ -153,3 +153,14 @@ def test_cli_reports_bad_configs_and_existing_runs(tmp_path: Path) -> None:
     taken = subprocess.run([sys.executable, "-m", "robot_rl.cli.main", "rl", "train", str(HOVER), "--out",
                             str(tmp_path / "y"), "--no-progress"], capture_output=True, text=True, timeout=300)
     assert taken.returncode == 2 and "already holds a run" in taken.stdout
+
+
+@pytest.mark.slow
+def test_sac_learns_arm_reach(tmp_path: Path) -> None:
+    """The smoke test of config/rl/arm_reach.yaml (SAC): 90% of 50 goals reached within 3 cm in 40k env steps."""
+    cfg = load_config(RLConfig, REPO / "config" / "rl" / "arm_reach.yaml",
+                      ["time_budget_s=null", "total_steps=40000"])
+    result = train_rl(cfg, tmp_path / "run", progress=False)
+    assert result.final.success_rate >= 0.9, result.summary()
+    assert result.evaluations[0]["success_rate"] < 0.5  # learnt here, not by chance at the start
+    assert Policy.load(tmp_path / "run" / "policy").config.squash == "tanh"  # type: ignore[attr-defined]

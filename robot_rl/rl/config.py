@@ -160,6 +160,9 @@ class RLConfig:
     initial_action: list[float] | None = None
     """Action (in the env's units) that the policy's mean starts at (its output bias); None: the middle of
     the action space. Lets a quadrotor start near hover thrust instead of at half thrust."""
+    obs_norm_until: int | None = None
+    """Stop updating the observation statistics after this many env steps (rsl_rl's ``until``), so the
+    inputs of a converged policy stop shifting under it; None: update them all run long."""
     obs_clip: float = 10.0
     """Normalised observations are clipped to +-obs_clip (in training and in the exported policy)."""
     eval_episodes: int = 50
@@ -186,6 +189,8 @@ class RLConfig:
         for name in ("num_envs", "total_steps", "eval_episodes", "eval_every_steps", "num_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.obs_norm_until is not None and self.obs_norm_until < 1:
+            raise ValueError(f"obs_norm_until: must be >= 1 (or null), got {self.obs_norm_until}")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ValueError(f"time_budget_s: must be > 0 (or null), got {self.time_budget_s}")
         if self.target_success is not None and not 0 < self.target_success <= 1:

@@ -18,7 +18,7 @@ def append_record(path: Path, result: EvalResult) -> None:
     """One JSON line per evaluation (aggregates only; the last evaluation's episodes go to eval.json)."""
     data = result.to_json()
     row = {k: data[k] for k in ("steps", "wall_s", "success_rate", "crash_rate", "error_mean", "error_max",
-                                "return_mean")}
+                                "return_mean", "length_mean")}
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
 

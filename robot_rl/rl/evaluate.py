@@ -66,15 +66,16 @@ class EvalResult:
         """Everything, plus the aggregates."""
         return {**asdict(self), "success_rate": self.success_rate, "crash_rate": self.crash_rate,
                 "error_mean": self.error_mean, "error_max": self.error_max,
-                "return_mean": float(np.mean(self.returns)) if self.returns else math.nan}
+                "return_mean": float(np.mean(self.returns)) if self.returns else math.nan,
+                "length_mean": float(np.mean(self.lengths)) if self.lengths else math.nan}
 
     def summary(self) -> str:
         """One line for the terminal."""
         n = len(self.success)
         err = "" if math.isnan(self.error_mean) else (f", final error mean {100 * self.error_mean:.1f} cm, "
                                                        f"max {100 * self.error_max:.1f} cm")
-        return (f"{sum(self.success)}/{n} succeed at the end, {sum(self.crashed)}/{n} crash{err} "
-                f"(after {self.steps} env steps, {self.wall_s:.1f} s)")
+        return (f"{sum(self.success)}/{n} succeed at the end, {sum(self.crashed)}/{n} crash{err}, "
+                f"{np.mean(self.lengths):.0f} steps on average (after {self.steps} env steps, {self.wall_s:.1f} s)")
 
 
 def evaluate_policy(policy: Policy, env: gym.vector.VectorEnv, spec: EnvSpec, seed: int,

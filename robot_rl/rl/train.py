@@ -224,7 +224,8 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
             shaped = (reward - cfg.termination_penalty * terminated) * cfg.reward_scale
             agent.observe(shaped, nxt, terminated, truncated, ~restarting)
             restarting = terminated | truncated
-            norm.update(nxt)
+            if cfg.obs_norm_until is None or steps < cfg.obs_norm_until:
+                norm.update(nxt)
             obs = nxt
             steps += cfg.num_envs
             bar.update(cfg.num_envs)
