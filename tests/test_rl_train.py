@@ -98,10 +98,10 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path: Pa
     real_update = PPOAgent.update
     calls = {"n": 0}
 
-    def poisoned(self: PPOAgent) -> dict[str, float]:
-        metrics = real_update(self)
+    def poisoned(self: PPOAgent, progress: float = 0.0) -> dict[str, float]:
+        metrics = real_update(self, progress)
         calls["n"] += 1
-        if calls["n"] == 6:  # after the evaluation at 2 x 16 x 64 = 2048 steps... and a few more updates
+        if calls["n"] == 6:  # updates of 64 x 16 steps: evaluations at 2048 and 4096, then the NaN at 6144
             with torch.no_grad():
                 next(self.actor.parameters()).fill_(float("nan"))
             metrics["policy_loss"] = float("nan")
