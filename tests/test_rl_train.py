@@ -21,7 +21,7 @@ from robot_rl.rl.envs import env_spec
 from robot_rl.rl.normalization import RunningNorm
 from robot_rl.rl.ppo import PPOAgent
 from robot_rl.rl.sac import SACAgent
-from robot_rl.rl.train import export_policy, make_agent, train_rl
+from robot_rl.rl.train import RLResult, export_policy, make_agent, train_rl
 from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,22 +32,46 @@ def hover(*overrides: str) -> RLConfig:
     return load_config(RLConfig, HOVER, list(overrides))
 
 
+@pytest.fixture(scope="module")
+def hover_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RLResult, Path]:
+    """The shipped hover config, trained once for this module, without its wall-clock limit (CI machines are
+    slower or busier) but bounded to 2M env steps."""
+    out = tmp_path_factory.mktemp("hover") / "run"
+    return train_rl(hover("time_budget_s=null", "total_steps=2000000"), out, progress=False), out
+
+
 @pytest.mark.slow
-def test_ppo_learns_quadrotor_hover_within_a_bounded_number_of_steps(tmp_path: Path) -> None:
-    """The shipped config, without its wall-clock limit (CI machines are slower or busier): every one of the
-    50 evaluation episodes must end within 5 cm of the goal, slower than 0.1 m/s and without a crash,
-    within 2M env steps."""
-    result = train_rl(hover("time_budget_s=null", "total_steps=2000000"), tmp_path / "run", progress=False)
+def test_ppo_learns_quadrotor_hover_within_a_bounded_number_of_steps(hover_run: tuple[RLResult, Path]) -> None:
+    """Every one of the 50 evaluation episodes ends within 5 cm of the goal, slower than 0.1 m/s and without a
+    crash, within 2M env steps."""
+    result, run = hover_run
     assert result.stopped == "target", result.summary()
     final = result.final
     assert final.success_rate == 1.0 and final.crash_rate == 0.0
     assert final.error_max < SUCCESS_DISTANCE
     assert result.first_target is not None and result.first_target["steps"] <= 2_000_000
-    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 10_000
-    rows = [json.loads(line) for line in (tmp_path / "run" / "curve.jsonl").read_text().splitlines()]
+    assert (run / "learning_curve.png").stat().st_size > 10_000
+    rows = [json.loads(line) for line in (run / "curve.jsonl").read_text().splitlines()]
     assert rows[0]["success_rate"] < 1.0 and rows[-1]["success_rate"] == 1.0  # it learnt, it did not start there
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["stopped"] == "target" and summary["final"]["success_rate"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.ros
+def test_the_ros_policy_node_flies_the_trained_policy(hover_run: tuple[RLResult, Path], tmp_path: Path) -> None:
+    """quadrotor_sim.launch.yaml with the checkpoint, unchanged: the node streams accepted body-rate targets
+    and the simulated Crazyflie ends near the goal (the graph bring-up of the embodiment tests)."""
+    pytest.importorskip("rclpy")
+    from geometry_msgs.msg import TwistStamped
+    from test_ros_policy_node_embodiments import _assert_accepted, _run
+
+    got = _run("quadrotor_sim.launch.yaml", hover_run[1] / "policy", tmp_path, "/target_body_rates", TwistStamped,
+               200)
+    assert "MLPPolicy" in got["policy_log"] and "['position', 'quat', 'linvel', 'angvel']" in got["policy_log"]
+    _assert_accepted(got)
+    last = got["odom"][-1].pose.position
+    assert np.linalg.norm([last.x, last.y, last.z - 1.0]) < 2 * SUCCESS_DISTANCE
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "sac"])
