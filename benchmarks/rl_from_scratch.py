@@ -89,6 +89,11 @@ def deployed(policy_dir: Path, env_id: str, error_keys: list[str] | None, episod
             "error_max": float(np.max(errors)) if errors else float("nan")}
 
 
+def cm(value: float | None) -> str:
+    """Metres as centimetres, "-" when not measured."""
+    return "-" if value is None or np.isnan(value) else f"{100 * value:.2f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", choices=sorted(RUNS))
@@ -113,8 +118,8 @@ def main() -> None:
         n = len(json.loads((out / "eval.json").read_text())["success"])
         row = (f"| {args.run} | {seed} | {s['command_wall_s']:.1f} | {to} | {s['steps']} | {s['steps_per_s']:.0f} | "
                f"{round(f['success_rate'] * n)}/{n}, {round(f['crash_rate'] * n)}, "
-               f"{100 * f['error_mean']:.2f} / {100 * f['error_max']:.2f} | {d['success']}/{d['episodes']}, "
-               f"{d['crashes']}, {100 * d['error_mean']:.2f} / {100 * d['error_max']:.2f} |")
+               f"{cm(f['error_mean'])} / {cm(f['error_max'])} | {d['success']}/{d['episodes']}, "
+               f"{d['crashes']}, {cm(d['error_mean'])} / {cm(d['error_max'])} |")
         print(row, flush=True)
         rows.append({"seed": seed, "summary": s, "single_env": d})
         if args.save_curve and seed == args.seeds[0]:

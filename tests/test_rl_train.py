@@ -105,10 +105,15 @@ def test_exported_policy_is_the_trained_actor(algorithm: str, tmp_path: Path) ->
 
 def test_checkpoint_round_trips_through_robot_rl_eval(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    result = train_rl(hover("total_steps=20000", "eval_every_steps=10000", "num_envs=64", "eval_episodes=4"), run,
-                      progress=False)
+    result = train_rl(hover("total_steps=20000", "eval_every_steps=10000", "num_envs=64", "eval_episodes=4",
+                            "error_keys=null"), run, progress=False)  # no error measured: NaN aggregates
     assert result.steps >= 20000 and len(result.evaluations) == 2
     assert (run / "tensorboard").is_dir() and (run / "rl_config.yaml").is_file()
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in a JSON file")
+
+    for name in ("summary.json", "eval.json"):  # strict JSON: no NaN even where nothing was measured
+        json.loads((run / name).read_text(), parse_constant=refuse)
     proc = subprocess.run([sys.executable, "-m", "robot_rl.cli.main", "eval", str(run / "policy"), "--env",
                            "robot_rl/QuadHover-v0", "--episodes", "2", "--out", str(tmp_path / "eval"),
                            "--no-progress"], capture_output=True, text=True, timeout=300)

@@ -10,8 +10,20 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from robot_rl.rl.evaluate import EvalResult
+
+
+def strict_json(value: Any) -> Any:
+    """NaN and inf (no error measured, no episode) as null, so the files are JSON that any parser reads."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def append_record(path: Path, result: EvalResult) -> None:
@@ -20,14 +32,15 @@ def append_record(path: Path, result: EvalResult) -> None:
     row = {k: data[k] for k in ("steps", "wall_s", "success_rate", "crash_rate", "error_mean", "error_max",
                                 "return_mean", "length_mean")}
     with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
+        f.write(json.dumps(strict_json(row)) + "\n")
 
 
 def read_records(path: Path) -> list[dict[str, float]]:
     """The rows :func:`append_record` wrote."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [{k: math.nan if v is None else v for k, v in row.items()} for row in rows]
 
 
 def plot_curve(rows: Sequence[dict[str, float]], path: Path, title: str, target_error: float | None = None) -> Path:

@@ -40,7 +40,7 @@ from robot_rl.core.device import resolve_device
 from robot_rl.policies.base import PolicySpec
 from robot_rl.policies.mlp import MLPConfig, MLPPolicy
 from robot_rl.rl.config import RLConfig, TrainingError
-from robot_rl.rl.curves import append_record, plot_curve, read_records
+from robot_rl.rl.curves import append_record, plot_curve, read_records, strict_json
 from robot_rl.rl.envs import EnvSpec, check_spaces, env_spec, make_vector
 from robot_rl.rl.evaluate import EvalResult, evaluate_policy
 from robot_rl.rl.normalization import RunningNorm
@@ -259,8 +259,8 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
     result = RLResult(policy_path=out / "policy", steps=steps, seconds=time.perf_counter() - t0,
                       train_seconds=train_seconds, stopped=stopped, final=last, first_target=first_target,
                       evaluations=rows)
-    (out / "eval.json").write_text(json.dumps(last.to_json(), indent=2), encoding="utf-8")
-    (out / "summary.json").write_text(json.dumps(summary_json(cfg, result), indent=2), encoding="utf-8")
+    (out / "eval.json").write_text(json.dumps(strict_json(last.to_json()), indent=2), encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(strict_json(summary_json(cfg, result)), indent=2), encoding="utf-8")
     return result
 
 
