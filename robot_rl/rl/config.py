@@ -127,9 +127,10 @@ class RLConfig:
     """Gymnasium id of the task (``robot-rl sim list`` lists robot_rl's)."""
     env_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment (``gymnasium.make``, or BatchedQuadHover's for ``batched``)."""
-    vector: Literal["batched", "sync", "async"] = "sync"
+    vector: Literal["batched", "threaded", "sync", "async"] = "sync"
     """How the ``num_envs`` copies run: ``batched`` (mujoco.batch, robot_rl.sim.vector.make_vector_env with
-    batched=True; QuadHover-v0 only), ``sync`` (gym.make_vec in this process) or ``async`` (a process each)."""
+    batched=True; QuadHover-v0 only), ``threaded`` (this process, every copy's physics at once on C threads;
+    any task, randomised or stand-in), ``sync`` (gym.make_vec in this process) or ``async`` (a process each)."""
     num_envs: int = 256
     """Environments stepped together."""
     obs_keys: list[str] | None = None

@@ -142,7 +142,8 @@ def make_vector(cfg: RLConfig, num_envs: int) -> gym.vector.VectorEnv:
 
     try:
         return make_vector_env(cfg.env_id, num_envs, asynchronous=cfg.vector == "async",
-                               batched=cfg.vector == "batched", **cfg.env_options)
+                               batched=cfg.vector == "batched", threaded=cfg.vector == "threaded",
+                               **cfg.env_options)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"vector / env_options: cannot build {num_envs} x {cfg.env_id} ({exc})") from exc
 

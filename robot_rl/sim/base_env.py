@@ -16,7 +16,7 @@ observation is the last finite one, and stepping again without ``reset()`` raise
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,6 +32,21 @@ from robot_rl.sim.randomize import ModelRandomizer
 from robot_rl.sim.stand_in import stand_in
 
 ConfigSource = SimConfig | Mapping[str, Any] | str | Path | None
+StepResult = tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]
+"""What ``gym.Env.step`` returns: observation, reward, terminated, truncated, info."""
+StepStages = Generator[int, str, StepResult]
+"""A step in progress (:meth:`RobotEnv.step_stages`): yields physics steps to run, is sent back the
+divergence reason ("" when none), returns the step's result."""
+
+
+def drive_step(stages: StepStages, run_physics: Callable[[int], str]) -> StepResult:
+    """Run a step's stages to the end, each physics stretch by ``run_physics(n) -> reason``."""
+    try:
+        n = next(stages)
+        while True:
+            n = stages.send(run_physics(n))
+    except StopIteration as done:
+        return done.value
 
 
 def _sample(rng: np.random.Generator, bounds: tuple[float, float]) -> float:
@@ -188,8 +203,18 @@ class RobotEnv(gym.Env):
         mujoco.mj_forward(self.model, self.data)
         return np.asarray(self._control(), dtype=np.float64)
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+    def step(self, action: np.ndarray) -> StepResult:
         """Apply one policy action over ``physics_steps`` physics steps (see the module doc for bad input)."""
+        return drive_step(self.step_stages(action), self.run_physics)
+
+    def step_stages(self, action: np.ndarray) -> StepStages:
+        """:meth:`step` with its physics delegated to the caller.
+
+        The generator yields a number of physics steps to run, takes back "" or the divergence reason, and
+        returns the step's result. The one definition of a step: :meth:`step` runs the physics itself
+        (:func:`drive_step`), a batched vector env runs many envs' stretches at once in C threads
+        (:class:`robot_rl.sim.threaded.ThreadedVectorEnv`). Bad input raises before the first yield.
+        """
         if self._last_obs is None or self._diverged:
             raise gym.error.ResetNeeded("call reset() before step()" if not self._diverged else
                                         "the simulation diverged; call reset() before stepping again")
@@ -206,10 +231,10 @@ class RobotEnv(gym.Env):
         self._before_physics()
         reason, k = "", self.action_delay_steps
         if k:  # the previous action stays in force until this one arrives
-            reason = self.run_physics(k)
+            reason = yield k
         if not reason:
             self._apply_action(self.action_spec.split(clipped))
-            reason = self.run_physics(self.config.substeps - k)
+            reason = yield self.config.substeps - k
         self._steps += 1
         info: dict[str, Any] = {"action_clipped": was_clipped}
         if reason:
@@ -229,6 +254,11 @@ class RobotEnv(gym.Env):
         obs = self._full_observation()
         self._last_obs = obs
         return obs, reward, terminated, truncated, info
+
+    @property
+    def elapsed_steps(self) -> int:
+        """Policy steps since the last reset."""
+        return self._steps
 
     def run_physics(self, n: int) -> str:
         """``n`` physics steps with the current targets (what :meth:`step` runs); "" or why it diverged.

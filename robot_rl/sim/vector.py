@@ -1,9 +1,9 @@
 """Many environments at once: Gymnasium's vector API, and MuJoCo's threaded open-loop rollouts.
 
-* :func:`make_vector_env`: ``gym.make_vec`` over a ``robot_rl/`` id, synchronous (one process; best
-  on 2 cores for light envs) or asynchronous (one process per env; pays off when steps are heavy).
-  The closed-loop controllers run in Python at every physics step, so this is where vectorised
-  *environments* are parallelised.
+* :func:`make_vector_env`: ``num_envs`` copies of a ``robot_rl/`` id: ``gym.make_vec`` synchronous (one
+  process) or asynchronous (one process per env), ``threaded`` (one process, every env's compiled physics
+  loop on C threads at once: :class:`robot_rl.sim.threaded.ThreadedVectorEnv`, any task) or ``batched``
+  (a task's hand-vectorised twin on ``mujoco.batch``, QuadHover-v0 only).
 * :func:`batch_rollout`: ``mujoco.rollout`` over many initial states and/or many perturbed models
   with OPEN-LOOP controls in C threads, e.g. replaying logged actuator commands through a batch of
   candidate dynamics for sim-to-real alignment. It cannot host the Python controllers.
@@ -23,15 +23,22 @@ import robot_rl.sim  # noqa: F401  (registers the ids)
 
 
 def make_vector_env(env_id: str, num_envs: int, asynchronous: bool = False, batched: bool = False,
-                    **kwargs: Any) -> gym.vector.VectorEnv:
+                    threaded: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` (keyword arguments go to every env, e.g. ``randomization=``).
 
     Seeding ``reset(seed=s)`` gives env ``i`` the seed ``s + i``, so a vector run is reproducible.
     ``batched=True`` picks the ``mujoco.batch`` implementation where one exists (QuadHover-v0:
     :class:`robot_rl.sim.batched_quad.BatchedQuadHover`, nominal dynamics, ~8-10x faster).
+    ``threaded=True`` steps all copies' physics at once on C threads (any robot_rl id, same envs).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if sum((asynchronous, batched, threaded)) > 1:
+        raise ValueError("make_vector_env: choose at most one of asynchronous, batched, threaded")
+    if threaded:
+        from robot_rl.sim.threaded import ThreadedVectorEnv
+
+        return ThreadedVectorEnv(env_id, num_envs, **kwargs)
     if batched:
         if env_id != "robot_rl/QuadHover-v0":
             raise ValueError(f"batched=True: only robot_rl/QuadHover-v0 has a mujoco.batch version, not {env_id}")

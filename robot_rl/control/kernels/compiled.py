@@ -413,7 +413,7 @@ def _actuate(command: np.ndarray, i: int, act: np.ndarray, low: np.ndarray, high
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pd_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray, warnings: np.ndarray,
                 watch: np.ndarray, qfrc_bias: np.ndarray, q_idx: np.ndarray, dq_idx: np.ndarray,
                 compensate: bool, kp: np.ndarray, kd: np.ndarray, q_ref: np.ndarray, dq_ref: np.ndarray,
@@ -439,7 +439,7 @@ def pd_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, ctrl
     return _finish(warnings, watch, before, qpos, qvel)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def cartesian_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray,
                        warnings: np.ndarray, watch: np.ndarray, time: float, timestep: float, q_idx: np.ndarray,
                        law: tuple, extra: np.ndarray, act: np.ndarray, low: np.ndarray, high: np.ndarray,
@@ -472,7 +472,7 @@ def cartesian_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarra
     return _finish(warnings, watch, before, qpos, qvel)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def quad_rate_substeps(m: int, d: int, n: int, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray,
                        warnings: np.ndarray, watch: np.ndarray, angvel: int, motor_mode: bool, thrust_cmd: np.ndarray,
                        wrench_gain: np.ndarray, inertia: np.ndarray, collective: float, rates: np.ndarray,

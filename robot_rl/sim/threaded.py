@@ -1,0 +1,130 @@
+"""Many robot_rl envs in one process, their physics stepped in parallel C threads: a Gymnasium vector env.
+
+Every robot_rl env runs a policy step's physics as one compiled loop (``mj_step1`` -> control law ->
+actuator pipeline -> ``mj_step2`` in numba, :mod:`robot_rl.control.kernels.compiled`), and those loops
+release the GIL. :class:`ThreadedVectorEnv` steps ``num_envs`` ordinary envs in lock step: each env's
+Python part (checks, targets, observation, reward) runs in the calling thread, and all envs' physics
+stretches run together on ``nthread`` worker threads (:meth:`RobotEnv.step_stages` hands them out). The
+envs are the single envs themselves, so the physics, the controllers, domain randomisation, the
+stand-ins and every task are exactly those of ``gym.make(env_id)`` (tested bit for bit); only the
+scheduling differs. Same API and autoreset as ``gymnasium.vector.SyncVectorEnv`` (next-step autoreset,
+``reset(seed=s)`` gives env ``i`` the seed ``s + i``, infos stacked with ``_key`` masks).
+
+Where a task also has a hand-vectorised twin on ``mujoco.batch`` (``QuadHover-v0``:
+:class:`robot_rl.sim.batched_quad.BatchedQuadHover`), that twin is faster still: it vectorises the Python
+part too, at the cost of covering the nominal dynamics only.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from copy import deepcopy
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector.utils import concatenate, iterate
+
+from robot_rl.core import SpecError
+from robot_rl.sim.base_env import RobotEnv, StepResult, StepStages
+
+
+def _unwrapped_robot_env(env_id: str, kwargs: dict[str, Any]) -> RobotEnv:
+    env = gym.make(env_id, **kwargs).unwrapped
+    if not isinstance(env, RobotEnv):
+        raise ValueError(f"vector 'threaded' needs a robot_rl env, {env_id} is {type(env).__name__}")
+    return env
+
+
+class ThreadedVectorEnv(SyncVectorEnv):
+    """``num_envs`` copies of a ``robot_rl/`` env; their physics runs on ``nthread`` C threads at once.
+
+    Args:
+        env_id: A registered robot_rl id (any task, nominal, randomised or stand-in).
+        num_envs: Copies.
+        nthread: Worker threads for the physics (default: the CPUs this process may use).
+        **kwargs: Passed to every ``gym.make(env_id, ...)`` (``randomization=``, ``max_episode_steps=``, ...).
+
+    The episode length is the registered one (Gymnasium's ``TimeLimit``, applied here as the wrapper
+    would: ``truncated`` once ``max_episode_steps`` steps have run).
+    """
+
+    def __init__(self, env_id: str, num_envs: int, nthread: int | None = None, **kwargs: Any) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        probe = gym.make(env_id, **kwargs)
+        self.max_episode_steps: int | None = probe.spec.max_episode_steps if probe.spec is not None else None
+        probe.close()
+        kwargs = {k: v for k, v in kwargs.items() if k != "max_episode_steps"}
+        super().__init__([lambda: _unwrapped_robot_env(env_id, kwargs) for _ in range(num_envs)])
+        self.robot_envs: list[RobotEnv] = [e for e in self.envs if isinstance(e, RobotEnv)]
+        self.nthread = max(1, nthread if nthread is not None else len(os.sched_getaffinity(0)))
+        self._pool = ThreadPoolExecutor(self.nthread - 1, thread_name_prefix="robot_rl-physics") \
+            if self.nthread > 1 else None
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """One policy step of every env (autoresetting ones only reset, as ``SyncVectorEnv``)."""
+        batch = np.asarray(actions)
+        if batch.shape != self.action_space.shape:
+            raise SpecError(f"actions: expected shape {self.action_space.shape}, got {batch.shape}")
+        if batch.dtype.kind not in "biuf" or not np.all(np.isfinite(batch)):
+            raise SpecError("actions: must be numbers without NaN or inf; rejected, no env stepped")
+        stages: dict[int, StepStages] = {}
+        pending: dict[int, int] = {}
+        infos: dict[str, Any] = {}
+        env_infos: dict[int, dict[str, Any]] = {}
+        for i, action in enumerate(iterate(self.action_space, actions)):
+            if self._autoreset_envs[i]:
+                self._env_obs[i], env_infos[i] = self.envs[i].reset()
+                self._rewards[i] = 0.0
+                self._terminations[i] = self._truncations[i] = False
+            else:
+                stages[i] = self.robot_envs[i].step_stages(action)
+                pending[i] = next(stages[i])
+        results: dict[int, StepResult] = {}
+        while pending:
+            reasons = self._run_physics(pending)
+            pending = {}
+            for i, reason in reasons.items():
+                try:
+                    pending[i] = stages[i].send(reason)
+                except StopIteration as done:
+                    results[i] = done.value
+        for i, (obs, reward, terminated, truncated, info) in results.items():
+            if self.max_episode_steps is not None and self.robot_envs[i].elapsed_steps >= self.max_episode_steps:
+                truncated = True  # gymnasium.wrappers.TimeLimit
+            self._env_obs[i] = obs  # type: ignore[call-overload]  # gymnasium types it list[None]
+            self._rewards[i] = reward
+            self._terminations[i], self._truncations[i] = terminated, truncated
+            env_infos[i] = info
+        for i in range(self.num_envs):
+            infos = self._add_info(infos, env_infos[i], i)
+        self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
+        self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
+        observations = deepcopy(self._observations) if self.copy else self._observations
+        return observations, np.copy(self._rewards), np.copy(self._terminations), np.copy(self._truncations), infos
+
+    def _run_physics(self, requests: dict[int, int]) -> dict[int, str]:
+        """``{env: physics steps}`` -> ``{env: divergence reason}``, the envs split into ``nthread`` shares.
+
+        One share is stepped by the calling thread, the others by the pool's threads at the same time.
+        """
+        ids = list(requests)
+        shares = [ids[k::self.nthread] for k in range(self.nthread) if ids[k::self.nthread]]
+
+        def run(share: list[int]) -> dict[int, str]:
+            return {i: self.robot_envs[i].run_physics(requests[i]) for i in share}
+
+        others = [self._pool.submit(run, share) for share in shares[1:]] if self._pool is not None else []
+        reasons = run(shares[0])
+        for future in others:
+            reasons.update(future.result())
+        return reasons
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Stop the worker threads, then close the envs."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        super().close_extras(**kwargs)
