@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/rl_from_scratch.py hover --seeds 0 1 2 3 4   # the 60 s target, one run per seed
     .venv/bin/python benchmarks/rl_from_scratch.py hover-2cm --seeds 0 1 2   # on until every episode ends within 2 cm
     .venv/bin/python benchmarks/rl_from_scratch.py hover-long --seconds 150  # no target: what longer training does
+    .venv/bin/python benchmarks/rl_from_scratch.py hover-dr                  # domain-randomised hover (threaded envs)
+    .venv/bin/python benchmarks/rl_from_scratch.py track                     # figure-eight tracking (threaded envs)
     .venv/bin/python benchmarks/rl_from_scratch.py reach                     # the arm smoke test (SAC)
     .venv/bin/python benchmarks/rl_from_scratch.py walk --seconds 300        # the G1, bounded PPO run
 
@@ -32,6 +34,8 @@ RUNS = {
     "hover": ("config/rl/quad_hover.yaml", []),
     "hover-2cm": ("config/rl/quad_hover.yaml", ["target_error=0.02", "time_budget_s=300", "total_steps=100000000"]),
     "hover-long": ("config/rl/quad_hover.yaml", ["target_success=null", "total_steps=100000000"]),
+    "hover-dr": ("config/rl/quad_hover_dr.yaml", []),
+    "track": ("config/rl/quad_track.yaml", []),
     "reach": ("config/rl/arm_reach.yaml", []),
     "walk": ("config/rl/humanoid_walk.yaml", []),
 }
@@ -104,7 +108,7 @@ def main() -> None:
     parser.add_argument("--save-curve", action="store_true", help="copy the first seed's learning curve here")
     args = parser.parse_args()
     print("| run | seed | command wall [s] | to criterion [s / steps] | env steps | steps/s | train eval: success, "
-          "crash, error mean/max [cm] | single env: success, crash, error mean/max [cm] |")
+          "crash, final error mean/max (over the episodes) [cm] | single env: success, crash, error mean/max [cm] |")
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for seed in args.seeds:
@@ -118,8 +122,8 @@ def main() -> None:
         n = len(json.loads((out / "eval.json").read_text())["success"])
         row = (f"| {args.run} | {seed} | {s['command_wall_s']:.1f} | {to} | {s['steps']} | {s['steps_per_s']:.0f} | "
                f"{round(f['success_rate'] * n)}/{n}, {round(f['crash_rate'] * n)}, "
-               f"{cm(f['error_mean'])} / {cm(f['error_max'])} | {d['success']}/{d['episodes']}, "
-               f"{d['crashes']}, {cm(d['error_mean'])} / {cm(d['error_max'])} |")
+               f"{cm(f['error_mean'])} / {cm(f['error_max'])} ({cm(f.get('tracking_error'))}) | "
+               f"{d['success']}/{d['episodes']}, {d['crashes']}, {cm(d['error_mean'])} / {cm(d['error_max'])} |")
         print(row, flush=True)
         rows.append({"seed": seed, "summary": s, "single_env": d})
         if args.save_curve and seed == args.seeds[0]:

@@ -23,6 +23,7 @@ import numpy as np
 import robot_rl.sim  # noqa: F401
 from robot_rl.sim.batched_quad import BatchedQuadHover
 from robot_rl.sim.experts import expert_for
+from robot_rl.sim.threaded import ThreadedVectorEnv
 from robot_rl.sim.vector import batch_rollout, full_state, make_vector_env
 
 
@@ -164,8 +165,12 @@ def episode_vs_replay(env_id: str, env_steps: int, repeats: int) -> dict[str, fl
             "python/raw": float(np.median(np.array(runs["python"]) / raw))}
 
 
-def vector_rate(env_id: str, n: int, asynchronous: bool, seconds: float) -> float:
-    venv = make_vector_env(env_id, n, asynchronous=asynchronous)
+def vector_rate(env_id: str, n: int, mode: str, seconds: float) -> float:
+    """Env steps/s summed over ``n`` copies; mode: sync, async, threaded1 / threaded2 (physics threads)."""
+    if mode.startswith("threaded"):
+        venv: gym.vector.VectorEnv = ThreadedVectorEnv(env_id, n, nthread=int(mode[-1]))
+    else:
+        venv = make_vector_env(env_id, n, asynchronous=mode == "async")
     venv.reset(seed=0)
     action = np.zeros(venv.action_space.shape, np.float32)
     if env_id.startswith("robot_rl/Quad"):
@@ -209,6 +214,27 @@ def rollout_rates(seconds: float) -> dict[str, float]:
     return out
 
 
+def vector_tables(s: float, repeats: int) -> None:
+    """Vector envs side by side: gym's sync and async, ThreadedVectorEnv on 1 and 2 threads, mujoco.batch."""
+    print("\n## vectorised env steps/s (sum over envs; medians of alternating repeats)")
+    print("| env | 1 env | 16 sync | 16 threaded, 1 thread | 16 threaded, 2 threads | threaded 2 / sync | 4 async |")
+    print("|---|---|---|---|---|---|---|")
+    for env_id in ("robot_rl/HumanoidWalk-v0", "robot_rl/ArmReach-v0", "robot_rl/QuadTrack-v0"):
+        runs: dict[str, list[float]] = {m: [] for m in ("sync", "threaded1", "threaded2")}
+        for _ in range(repeats):
+            for mode, values in runs.items():
+                values.append(vector_rate(env_id, 16, mode, s))
+        med = {mode: float(np.median(v)) for mode, v in runs.items()}
+        ratio = float(np.median(np.array(runs["threaded2"]) / np.array(runs["sync"])))
+        print(f"| {env_id} | {vector_rate(env_id, 1, 'sync', s):,.0f} | {med['sync']:,.0f} | {med['threaded1']:,.0f} "
+              f"| {med['threaded2']:,.0f} | {ratio:.2f} | {vector_rate(env_id, 4, 'async', s):,.0f} |", flush=True)
+    print("\n## QuadHover on mujoco.batch (BatchedQuadHover), env steps/s summed over drones")
+    print("| drones | 1 thread | 2 threads |")
+    print("|---|---|---|")
+    for n in (16, 64, 256):
+        print(f"| {n} | {batched_rate(n, 1, s):,.0f} | {batched_rate(n, 2, s):,.0f} |")
+
+
 def render_fps(size: int, shadows: bool, seconds: float) -> float:
     env = gym.make("robot_rl/ArmPickLift-v0", cameras=("front",), image_size=(size, size), render_shadows=shadows,
                    render_reflections=shadows)
@@ -222,8 +248,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repeats of the raw-vs-env runs")
     parser.add_argument("--only-env", action="store_true", help="stop after the raw-vs-env table (P2)")
+    parser.add_argument("--only-vector", action="store_true", help="only the vector env tables")
     args = parser.parse_args()
     s = args.seconds
+    if args.only_vector:
+        vector_tables(s, args.repeats)
+        return
     print("## raw mj_step vs env physics steps/s (P2, goal >= 0.85; medians of alternating repeats)")
     print("physics stretch = run_physics: controller + actuator pipeline at every physics step, holding targets;")
     print("env.step = the same plus observation, reward and the scripted expert at policy rate")
@@ -245,18 +275,7 @@ def main() -> None:
               f"| {e['python/raw']:.2f} |", flush=True)
     if args.only_env:
         return
-    print("\n## vectorised env steps/s (sum over envs)")
-    print("| env | 1 env | 4 sync | 2 async | 4 async |")
-    print("|---|---|---|---|---|")
-    for env_id in ("robot_rl/QuadHover-v0", "robot_rl/ArmReach-v0"):
-        r = [vector_rate(env_id, 1, False, s), vector_rate(env_id, 4, False, s),
-             vector_rate(env_id, 2, True, s), vector_rate(env_id, 4, True, s)]
-        print(f"| {env_id} | " + " | ".join(f"{v:,.0f}" for v in r) + " |")
-    print("\n## QuadHover on mujoco.batch (BatchedQuadHover), env steps/s summed over drones")
-    print("| drones | 1 thread | 2 threads |")
-    print("|---|---|---|")
-    for n in (16, 64, 256):
-        print(f"| {n} | {batched_rate(n, 1, s):,.0f} | {batched_rate(n, 2, s):,.0f} |")
+    vector_tables(s, args.repeats)
     print("\n## open-loop G1 physics steps/s (32 x 100 steps)")
     for name, value in rollout_rates(s).items():
         print(f"| {name} | {value:,.0f} |")

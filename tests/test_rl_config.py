@@ -16,7 +16,7 @@ from robot_rl.rl.normalization import RunningNorm
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["quad_hover", "arm_reach", "humanoid_walk"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "config" / "rl").glob("*.yaml")))
 def test_shipped_configs_load_and_fit_their_env(name: str) -> None:
     cfg = load_config(RLConfig, REPO / "config" / "rl" / f"{name}.yaml")
     spec = env_spec(cfg)

@@ -49,6 +49,8 @@ def test_ppo_learns_quadrotor_hover_within_a_bounded_number_of_steps(hover_run: 
     final = result.final
     assert final.success_rate == 1.0 and final.crash_rate == 0.0
     assert final.error_max < SUCCESS_DISTANCE
+    # averaged over each episode, the error includes the flight from the random start (up to ~0.87 m away)
+    assert final.error_mean < final.tracking_error < 0.5
     assert result.first_target is not None and result.first_target["steps"] <= 2_000_000
     assert (run / "learning_curve.png").stat().st_size > 10_000
     rows = [json.loads(line) for line in (run / "curve.jsonl").read_text().splitlines()]

@@ -30,7 +30,7 @@ def append_record(path: Path, result: EvalResult) -> None:
     """One JSON line per evaluation (aggregates only; the last evaluation's episodes go to eval.json)."""
     data = result.to_json()
     row = {k: data[k] for k in ("steps", "wall_s", "success_rate", "crash_rate", "error_mean", "error_max",
-                                "return_mean", "length_mean")}
+                                "tracking_error", "return_mean", "length_mean")}
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(strict_json(row)) + "\n")
 
@@ -62,6 +62,7 @@ def plot_curve(rows: Sequence[dict[str, float]], path: Path, title: str, target_
         if has_error:
             bottom.plot(xs, [100 * r["error_mean"] for r in rows], "o-", label="mean")
             bottom.plot(xs, [100 * r["error_max"] for r in rows], "^--", label="max")
+            bottom.plot(xs, [100 * r.get("tracking_error", math.nan) for r in rows], "s:", label="over the episode")
             bottom.set_yscale("log")
             if target_error is not None:
                 bottom.axhline(100 * target_error, color="gray", lw=0.8, ls=":", label=f"{100 * target_error:g} cm")
@@ -70,7 +71,7 @@ def plot_curve(rows: Sequence[dict[str, float]], path: Path, title: str, target_
         bottom.set_xlabel(xlabel)
         bottom.grid(alpha=0.3, which="both")
     axes[0][0].set_ylabel("fraction of eval episodes")
-    axes[1][0].set_ylabel("final error [cm]" if has_error else "return")
+    axes[1][0].set_ylabel("error [cm] (final; mean over the episode)" if has_error else "return")
     axes[0][0].legend(loc="best", fontsize=8)
     axes[1][0].legend(loc="best", fontsize=8)
     fig.suptitle(title)
