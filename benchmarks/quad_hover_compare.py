@@ -7,7 +7,7 @@ flipped or flown away: the env terminates). Hover: 5 s from the env's random sta
 8 s, scored from 2 s on. Each controller runs at its own rate and with its own action space (expert 50 Hz
 thrust + body rates, RAPTOR 100 Hz motor commands; a trained policy as its checkpoint says).
 
-    .venv/bin/python benchmarks/quad_hover_compare.py [--task hover|track] [--episodes 50] [--policy runs/hover/policy]
+    .venv/bin/python benchmarks/quad_hover_compare.py [--task hover|track] [--episodes 50] [--policy DIR ...]
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(TASKS), default="hover")
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=10_000, help="first reset seed (unseen by training)")
-    parser.add_argument("--policy", default="", help="a trained robot_rl policy checkpoint folder to add")
+    parser.add_argument("--policy", action="append", default=[],
+                        help="a trained robot_rl policy checkpoint folder to add (repeatable)")
     args = parser.parse_args()
     task, seconds, scored_from = TASKS[args.task]
 
@@ -68,13 +69,13 @@ def main() -> None:
         ("scripted expert (50 Hz, thrust + body rates)", HoverExpert, 50.0, {}),
         ("RAPTOR foundation policy (100 Hz, motors)", RaptorAgent, RAPTOR_HZ, {"control_mode": "motor_commands"}),
     ]
-    if args.policy:
+    for path in args.policy:
         from robot_rl.policies.base import Policy
         from robot_rl.runtime.policy_runner import PolicyRunner
 
-        policy = Policy.load(args.policy)
+        policy = Policy.load(path)
         mode = str(getattr(policy.spec, "control_mode", "") or "thrust_body_rates")
-        rows.append((f"trained {args.policy} ({mode})", lambda: PolicyRunner(policy), 50.0, {"control_mode": mode}))
+        rows.append((f"trained {path} ({mode})", lambda p=policy: PolicyRunner(p), 50.0, {"control_mode": mode}))
     print(f"{args.episodes} episodes per row, seeds {args.seed}..{args.seed + args.episodes - 1}, "
           f"error = mean |p - goal| from {scored_from:.0f} s to {seconds:.0f} s")
     print(f"{'env':34s} {'controller':52s} {'mean cm':>8s} {'p90 cm':>7s} {'<5 cm':>6s} {'crashes':>8s}")
