@@ -21,6 +21,8 @@ import gymnasium as gym
 import numpy as np
 
 import robot_rl.sim  # noqa: F401  (registers the env ids)
+from robot_rl.policies.base import Policy
+from robot_rl.runtime.policy_runner import PolicyRunner
 from robot_rl.sim.experts import HoverExpert
 from robot_rl.sim.experts.raptor import POLICY_HZ as RAPTOR_HZ
 from robot_rl.sim.experts.raptor import RaptorAgent
@@ -70,9 +72,6 @@ def main() -> None:
         ("RAPTOR foundation policy (100 Hz, motors)", RaptorAgent, RAPTOR_HZ, {"control_mode": "motor_commands"}),
     ]
     for path in args.policy:
-        from robot_rl.policies.base import Policy
-        from robot_rl.runtime.policy_runner import PolicyRunner
-
         policy = Policy.load(path)
         mode = str(getattr(policy.spec, "control_mode", "") or "thrust_body_rates")
         rows.append((f"trained {path} ({mode})", lambda p=policy: PolicyRunner(p), 50.0, {"control_mode": mode}))

@@ -54,10 +54,9 @@ class ThreadedVectorEnv(SyncVectorEnv):
     def __init__(self, env_id: str, num_envs: int, nthread: int | None = None, **kwargs: Any) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        probe = gym.make(env_id, **kwargs)
-        self.max_episode_steps: int | None = probe.spec.max_episode_steps if probe.spec is not None else None
-        probe.close()
-        kwargs = {k: v for k, v in kwargs.items() if k != "max_episode_steps"}
+        kwargs = dict(kwargs)
+        limit = kwargs.pop("max_episode_steps", None)  # gym.make's argument: the TimeLimit, not the env's
+        self.max_episode_steps: int | None = limit if limit is not None else gym.spec(env_id).max_episode_steps
         super().__init__([lambda: _unwrapped_robot_env(env_id, kwargs) for _ in range(num_envs)])
         self.robot_envs: list[RobotEnv] = [e for e in self.envs if isinstance(e, RobotEnv)]
         self.nthread = max(1, nthread if nthread is not None else len(os.sched_getaffinity(0)))
