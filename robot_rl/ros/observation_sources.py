@@ -12,6 +12,8 @@ the policy node subscribes to exactly the topics those keys need, following :dat
 * ``image_<camera>`` (any image key of the spec) -> ``<camera>/image_raw``;
 * task inputs with no sensor (goal_pos, goal_vel, a walking command): constants from a parameter,
   ``"goal_pos=[0.55, 0.0, 0.15]; command=0.3 0 0"`` (:func:`parse_constants`); a constant wins over a topic;
+* errors to a task input (:data:`DERIVED`): the quadrotor's goal_error = position - goal_pos and
+  vel_error = linvel - goal_vel, computed from their inputs (sourced or constant) as the env does;
 * ``last_action`` (the quadrotor's previous action, as applied): fed back by the policy node itself
   (kept among the constants), starting from the robot's rest action as the env does at reset.
 
@@ -100,6 +102,12 @@ SOURCES: dict[str, Source] = {
 }
 """Observation key -> its source (the envs' keys: arm, humanoid, quadrotor)."""
 
+DERIVED: dict[str, tuple[tuple[str, str], Callable[[Fields], np.ndarray]]] = {
+    "goal_error": (("position", "goal_pos"), lambda o: o["position"] - o["goal_pos"]),
+    "vel_error": (("linvel", "goal_vel"), lambda o: o["linvel"] - o["goal_vel"]),
+}
+"""Observation key -> the keys it is computed from and how (the envs' relative errors)."""
+
 _ENTRY = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*=\s*\[?([^\]]*)\]?\s*$")
 
 
@@ -132,8 +140,11 @@ class ObservationSources:
                  constants: Mapping[str, np.ndarray]) -> None:
         self.node = node
         self.keys = list(dict.fromkeys(keys))
-        self.constants = {k: np.asarray(v, np.float32) for k, v in constants.items() if k in self.keys}
-        missing = [k for k in self.keys if k not in self.constants and k not in SOURCES and k not in image_shapes]
+        self.derived = [k for k in self.keys if k in DERIVED and k not in constants]
+        inputs = [i for k in self.derived for i in DERIVED[k][0]]
+        needed = list(dict.fromkeys([k for k in self.keys if k not in self.derived] + inputs))
+        self.constants = {k: np.asarray(v, np.float32) for k, v in constants.items() if k in needed}
+        missing = [k for k in needed if k not in self.constants and k not in SOURCES and k not in image_shapes]
         if missing:
             raise SpecError(f"no source for observation key(s) {missing} on this graph: known topics give "
                             f"{sorted(SOURCES)} and image_<camera>; give task inputs as constants")
@@ -142,7 +153,7 @@ class ObservationSources:
         self.image_shapes = dict(image_shapes)
         self.raw: dict[str, Fields] = {}
         self.images: dict[str, np.ndarray] = {}
-        self.sourced = [k for k in self.keys if k not in self.constants and k in SOURCES]
+        self.sourced = [k for k in needed if k not in self.constants and k in SOURCES]
         self.topics = sorted({t for k in self.sourced for t in SOURCES[k].topics})
         parsers: dict[str, Callable[[Any], Fields]] = {"joint_states": self._joints, "current_pose": _pose,
                                                        "task/object_pose": _pose, POSE_TOPIC: _pose,
@@ -150,7 +161,7 @@ class ObservationSources:
         for topic in self.topics:
             node.create_subscription(TOPICS[topic], topic, lambda m, t=topic: self._on_msg(m, t, parsers[t]),
                                      qos_profile_sensor_data)
-        self.cameras = [k for k in self.keys if k not in self.constants and k not in SOURCES]  # image keys
+        self.cameras = [k for k in needed if k not in self.constants and k not in SOURCES]  # image keys
         for key in self.cameras:
             node.create_subscription(Image, f"{key.removeprefix('image_')}/image_raw",
                                      lambda m, k=key: self._on_image(m, k), qos_profile_sensor_data)
@@ -183,4 +194,5 @@ class ObservationSources:
         obs = {k: np.asarray(SOURCES[k].value(self.raw), dtype=np.float32) for k in self.sourced}
         obs.update({k: v.copy() for k, v in self.constants.items()})
         obs.update({k: self.images[k] for k in self.cameras})
-        return obs
+        obs.update({k: DERIVED[k][1](obs).astype(np.float32) for k in self.derived})
+        return {k: obs[k] for k in self.keys}

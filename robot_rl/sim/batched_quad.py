@@ -1,4 +1,4 @@
-"""QuadHover for many drones at once on ``mujoco.batch.Batch``: one vectorised env, C-threaded physics.
+"""QuadHover for many drones at once on batched physics: one vectorised env, ``mujoco.batch`` or MuJoCo Warp.
 
 The per-env Gymnasium envs pay ~70 µs of Python per physics step for the Crazyflie's body-rate loop,
 8x more than its physics. Here the same loop runs in numpy over ALL drones between batched
@@ -8,7 +8,8 @@ MuJoCo's batched stepping really helps (benchmarks/sim_throughput.py measures it
 
 Same task, observations, actions (``thrust_body_rates``), reward terms, crash rules and motor lag (with
 the body-rate loop's lead, :func:`robot_rl.sim.envs.quad_base.lead_motors`) as ``robot_rl/QuadHover-v0``;
-nominal dynamics only; Gymnasium's next-step autoreset.
+nominal dynamics only; Gymnasium's next-step autoreset. ``physics="warp"`` steps the drones on MuJoCo Warp
+(a CUDA device when there is one, :mod:`robot_rl.sim.batch_physics`) with the same numpy rate loop.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 from gymnasium.vector import AutoresetMode
-from mujoco import batch as mj_batch
 from scipy.spatial.transform import Rotation
 
 from robot_rl.core import ControlMode, SpecError
 from robot_rl.robots import cf2x, scenes
+from robot_rl.sim.batch_physics import make_batch_physics
 from robot_rl.sim.envs.quad_base import (
     INERTIA,
     MAX_BODY_RATE,
@@ -45,12 +46,12 @@ def _quat_z_axis(q: np.ndarray) -> np.ndarray:
 
 
 class BatchedQuadHover(gym.vector.VectorEnv):
-    """``num_envs`` Crazyflies hovering, stepped by ``mujoco.batch`` on ``nthread`` threads."""
+    """``num_envs`` Crazyflies hovering, stepped by ``mujoco.batch`` on ``nthread`` threads (or MuJoCo Warp)."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}  # noqa: RUF012 (gym's attribute)
 
     def __init__(self, num_envs: int, nthread: int = 2, physics_hz: float = 500.0, policy_hz: float = 50.0,
-                 max_episode_steps: int = 250) -> None:
+                 max_episode_steps: int = 250, physics: str = "mujoco", device: str = "auto") -> None:
         if num_envs < 1 or max_episode_steps < 1:
             raise SpecError("BatchedQuadHover: num_envs and max_episode_steps must be >= 1")
         ratio = physics_hz / policy_hz
@@ -61,8 +62,8 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         self.max_episode_steps = max_episode_steps
         self.model = scenes.quadrotor_scene().compile()
         self.model.opt.timestep = 1.0 / physics_hz
-        self.batch = mj_batch.Batch(self.model, nsim=num_envs, nthread=nthread)
-        self.qpos, self.qvel, self.ctrl = self.batch.bind("qpos"), self.batch.bind("qvel"), self.batch.bind("ctrl")
+        self.physics = make_batch_physics(self.model, num_envs, physics, nthread, device)
+        self.qpos, self.qvel, self.ctrl = self.physics.qpos, self.physics.qvel, self.physics.ctrl
         self.mixer_inv = np.linalg.inv(cf2x.mixer_matrix())
         self._alpha = lead_alpha(self.model.opt.timestep)
         self._motors = np.full((num_envs, 4), cf2x.HOVER_THRUST)
@@ -84,7 +85,7 @@ class BatchedQuadHover(gym.vector.VectorEnv):
 
     # ---- state ----------------------------------------------------------------------------------
     def _reset_envs(self, ids: np.ndarray) -> None:
-        self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self.physics.reset(ids)
         for i in ids:
             rng = self._rngs[i]
             pos = GOAL + rng.uniform(-0.5, 0.5, 3)
@@ -93,7 +94,7 @@ class BatchedQuadHover(gym.vector.VectorEnv):
             self.qpos[i, cf2x.QPOS_BASE_POS], self.qpos[i, cf2x.QPOS_BASE_QUAT] = pos, quat
             self.qvel[i] = 0.0
             self.qvel[i, cf2x.QVEL_BASE_LINVEL] = rng.uniform(-0.2, 0.2, 3)
-        self.batch.forward(ids)
+        self.physics.commit(ids)
         self._steps[ids] = 0
         at_rest = np.zeros((len(ids), 4))  # motors spun up to the loop's demand (collective hover, no rates)
         at_rest[:, 0] = 4 * cf2x.HOVER_THRUST
@@ -106,13 +107,16 @@ class BatchedQuadHover(gym.vector.VectorEnv):
 
     def _observe(self) -> dict[str, np.ndarray]:
         n = self.num_envs
+        pos, vel = self.qpos[:, cf2x.QPOS_BASE_POS], self.qvel[:, cf2x.QVEL_BASE_LINVEL]
         return {
-            "position": self.qpos[:, cf2x.QPOS_BASE_POS].astype(np.float32),
+            "position": pos.astype(np.float32),
             "quat": self.qpos[:, cf2x.QPOS_BASE_QUAT].astype(np.float32),
-            "linvel": self.qvel[:, cf2x.QVEL_BASE_LINVEL].astype(np.float32),
+            "linvel": vel.astype(np.float32),
             "angvel": self.qvel[:, cf2x.QVEL_BASE_ANGVEL].astype(np.float32),
             "goal_pos": np.tile(GOAL, (n, 1)).astype(np.float32),
             "goal_vel": np.zeros((n, 3), np.float32),
+            "goal_error": (pos - GOAL).astype(np.float32),
+            "vel_error": vel.astype(np.float32),
             "last_action": self._last_action.astype(np.float32),
         }
 
@@ -157,7 +161,7 @@ class BatchedQuadHover(gym.vector.VectorEnv):
             self._motors += self._alpha * (command - self._motors)
             self.ctrl[:, cf2x.CTRL_THRUST] = self._motors
             self.ctrl[:, cf2x.CTRL_YAW_TORQUE] = self._motors * yaw
-            self.batch.step(stepping)
+            self.physics.step(stepping)
         if restarting.size:
             self._motors[restarting], self._estimate[restarting] = at_rest
         self._steps += 1

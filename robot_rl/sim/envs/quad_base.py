@@ -118,6 +118,9 @@ class QuadEnv(RobotEnv):
             "angvel": FieldSpec((3,), description="body rates [rad/s]"),
             "goal_pos": FieldSpec((3,), description="goal position [m]"),
             "goal_vel": FieldSpec((3,), description="goal velocity [m/s]"),
+            "goal_error": FieldSpec((3,), description="position - goal_pos, world frame [m]: what a tracking "
+                                    "policy needs (RAPTOR's and Learning to Fly's input), not two absolute positions"),
+            "vel_error": FieldSpec((3,), description="linvel - goal_vel, world frame [m/s]"),
             "last_action": FieldSpec((4,), description="the previous action as applied (after clipping); the "
                                      "lagging motors still answer to it (Learning to Fly in Seconds feeds "
                                      "an action history for the same reason)"),
@@ -221,7 +224,8 @@ class QuadEnv(RobotEnv):
     def _observe(self) -> dict[str, np.ndarray]:
         pos, quat, lin, ang = self.state()
         obs = {"position": pos, "quat": quat, "linvel": lin, "angvel": ang, "goal_pos": self.goal,
-               "goal_vel": self.goal_vel, "last_action": self.last_action}
+               "goal_vel": self.goal_vel, "goal_error": pos - self.goal, "vel_error": lin - self.goal_vel,
+               "last_action": self.last_action}
         return {k: np.asarray(v, dtype=np.float32).copy() for k, v in obs.items()}
 
     def error(self) -> float:

@@ -1,0 +1,73 @@
+"""Batched QuadHover env steps/s: mujoco.batch on CPU threads vs MuJoCo Warp (CUDA when present, else CPU).
+
+The same env (robot_rl.sim.batched_quad.BatchedQuadHover, numpy body-rate loop, 10 physics steps per
+env step), only the physics behind it changes. Ratios are to mujoco.batch with 2 threads and the same
+number of drones, measured in the same run:
+
+    .venv/bin/python benchmarks/batched_physics.py [--seconds 3] [--drones 64 256 1024]
+
+Without a CUDA device the GPU rows print "skipped" and the Warp CPU rows show the kernels' CPU fallback
+(a correctness path, not a fast one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from robot_rl.sim.batched_quad import BatchedQuadHover
+
+
+def env_rate(n: int, seconds: float, **kwargs: object) -> tuple[float, float]:
+    """(env steps/s summed over drones, seconds to build and take the first step incl. kernel compiles)."""
+    t0 = time.perf_counter()
+    venv = BatchedQuadHover(n, **kwargs)  # type: ignore[arg-type]
+    venv.reset(seed=0)
+    action = np.tile(np.array([0.55, 0.0, 0.0, 0.0], np.float32), (n, 1))
+    venv.step(action)
+    startup = time.perf_counter() - t0
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        venv.step(action)
+        done += n
+    return done / (time.perf_counter() - t0), startup
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
+    parser.add_argument("--drones", type=int, nargs="+", default=[64, 256, 1024], help="batch sizes (CPU rows)")
+    parser.add_argument("--gpu-drones", type=int, nargs="+", default=[1024, 4096, 16384], help="batch sizes (GPU)")
+    args = parser.parse_args()
+    try:
+        import warp as wp
+    except ImportError:
+        raise SystemExit("needs mujoco-warp (pip install -e '.[gpu]')") from None
+    wp.config.quiet = True
+    wp.init()
+    cuda = wp.is_cuda_available()
+    print("## BatchedQuadHover env steps/s (10 physics steps each), ratio to mujoco.batch 2 threads, same drones")
+    print("| drones | mujoco.batch 2 threads | Warp cpu | / batch | Warp cuda | / batch "
+          "| Warp start-up (cpu / cuda) [s] |")
+    print("|---|---|---|---|---|---|---|")
+    for n in sorted(set(args.drones) | (set(args.gpu_drones) if cuda else set())):
+        cpu_rate, _ = env_rate(n, args.seconds, nthread=2)
+        row = [f"{n:,}", f"{cpu_rate:,.0f}"]
+        if n in args.drones:
+            warp_cpu, start_cpu = env_rate(n, args.seconds, physics="warp", device="cpu")
+            row += [f"{warp_cpu:,.0f}", f"{warp_cpu / cpu_rate:.2f}"]
+        else:
+            row += ["-", "-"]
+            start_cpu = float("nan")
+        if cuda:
+            warp_gpu, start_gpu = env_rate(n, args.seconds, physics="warp", device="cuda:0")
+            row += [f"{warp_gpu:,.0f}", f"**{warp_gpu / cpu_rate:.2f}**", f"{start_cpu:.1f} / {start_gpu:.1f}"]
+        else:
+            row += ["skipped (no CUDA device)", "-", f"{start_cpu:.1f} / -"]
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
