@@ -45,7 +45,7 @@ def main() -> None:
         import warp as wp
     except ImportError:
         raise SystemExit("needs mujoco-warp (pip install -e '.[gpu]')") from None
-    wp.config.quiet = True
+    wp.config.log_level = 30
     wp.init()
     cuda = wp.is_cuda_available()
     print("## BatchedQuadHover env steps/s (10 physics steps each), ratio to mujoco.batch 2 threads, same drones")

@@ -19,11 +19,12 @@ from robot_rl.sim.experts import HoverExpert
 def _cuda() -> bool:
     import warp as wp
 
-    wp.config.quiet = True
+    wp.config.log_level = 30
     return bool(wp.is_cuda_available())
 
 
-DEVICES = ["cpu", pytest.param("cuda:0", marks=pytest.mark.skipif(not _cuda(), reason="no CUDA device"))]
+DEVICES = ["cpu", pytest.param("cuda:0", marks=[pytest.mark.gpu,
+                                                pytest.mark.skipif(not _cuda(), reason="no CUDA device")])]
 
 
 def _fly(venv: BatchedQuadHover, actions: np.ndarray, steps: int) -> list[dict[str, np.ndarray]]:
@@ -81,6 +82,7 @@ def test_warp_refuses_unknown_physics_and_missing_cuda() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.gpu
 @pytest.mark.skipif(not _cuda(), reason="no CUDA device")
 def test_ppo_learns_hover_on_warp_gpu(tmp_path: object) -> None:
     """The shipped hover config with its drones on MuJoCo Warp (CUDA): the same hover criterion, 4096 drones."""

@@ -72,7 +72,7 @@ def resolve_warp_device(device: str) -> str:
     """``auto`` -> ``cuda:0`` when Warp sees a CUDA device, else ``cpu``; other names are checked."""
     import warp as wp
 
-    wp.config.quiet = True  # type: ignore[attr-defined]
+    wp.config.log_level = 30  # warnings only: no line per kernel module loaded
     wp.init()
     if device == "auto":
         return "cuda:0" if wp.is_cuda_available() else "cpu"
