@@ -1,8 +1,9 @@
-"""Batched QuadHover env steps/s: mujoco.batch on CPU threads vs MuJoCo Warp (CUDA when present, else CPU).
+"""Batched env steps/s: CPU threads vs MuJoCo Warp (CUDA when present, else Warp's CPU fallback).
 
-The same env (robot_rl.sim.batched_quad.BatchedQuadHover, numpy body-rate loop, 10 physics steps per
-env step), only the physics behind it changes. Ratios are to mujoco.batch with 2 threads and the same
-number of drones, measured in the same run:
+Quadrotor: the same env (robot_rl.sim.batched_quad.BatchedQuadHover, numpy body-rate loop, 10 physics
+steps per env step), only the physics behind it changes; ratios to mujoco.batch with 2 threads and the
+same number of drones. G1 (HumanoidWalk-v0, 10 physics steps per env step): WarpVectorEnv against
+ThreadedVectorEnv on 2 threads, same number of envs. All measured in the same run:
 
     .venv/bin/python benchmarks/batched_physics.py [--seconds 3] [--drones 64 256 1024]
 
@@ -18,6 +19,8 @@ import time
 import numpy as np
 
 from robot_rl.sim.batched_quad import BatchedQuadHover
+from robot_rl.sim.threaded import ThreadedVectorEnv
+from robot_rl.sim.warp_vector import WarpVectorEnv
 
 
 def env_rate(n: int, seconds: float, **kwargs: object) -> tuple[float, float]:
@@ -35,11 +38,28 @@ def env_rate(n: int, seconds: float, **kwargs: object) -> tuple[float, float]:
     return done / (time.perf_counter() - t0), startup
 
 
+def humanoid_rate(n: int, seconds: float, device: str | None) -> float:
+    """G1 walking env steps/s summed over envs: ThreadedVectorEnv (device None) or WarpVectorEnv."""
+    env_id = "robot_rl/HumanoidWalk-v0"
+    venv = ThreadedVectorEnv(env_id, n, nthread=2) if device is None else WarpVectorEnv(env_id, n, device=device)
+    venv.reset(seed=0)
+    action = np.zeros((n, 29), np.float32)
+    venv.step(action)
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        venv.step(action)
+        done += n
+    venv.close()
+    return done / (time.perf_counter() - t0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     parser.add_argument("--drones", type=int, nargs="+", default=[64, 256, 1024], help="batch sizes (CPU rows)")
     parser.add_argument("--gpu-drones", type=int, nargs="+", default=[1024, 4096, 16384], help="batch sizes (GPU)")
+    parser.add_argument("--humanoids", type=int, nargs="+", default=[16], help="G1 batch sizes (CPU rows)")
+    parser.add_argument("--gpu-humanoids", type=int, nargs="+", default=[1024, 4096], help="G1 batch sizes (GPU)")
     args = parser.parse_args()
     try:
         import warp as wp
@@ -66,6 +86,23 @@ def main() -> None:
             row += [f"{warp_gpu:,.0f}", f"**{warp_gpu / cpu_rate:.2f}**", f"{start_cpu:.1f} / {start_gpu:.1f}"]
         else:
             row += ["skipped (no CUDA device)", "-", f"{start_cpu:.1f} / -"]
+        print("| " + " | ".join(row) + " |", flush=True)
+    print("\n## G1 HumanoidWalk env steps/s, ratio to ThreadedVectorEnv on 2 threads, same envs")
+    print("| envs | threaded 2 threads | Warp cpu | / threaded | Warp cuda | / threaded |")
+    print("|---|---|---|---|---|---|")
+    for n in sorted(set(args.humanoids) | (set(args.gpu_humanoids) if cuda else set())):
+        cpu_rate = humanoid_rate(n, args.seconds, None)
+        row = [f"{n:,}", f"{cpu_rate:,.0f}"]
+        if n in args.humanoids:
+            warp_cpu = humanoid_rate(n, args.seconds, "cpu")
+            row += [f"{warp_cpu:,.0f}", f"{warp_cpu / cpu_rate:.2f}"]
+        else:
+            row += ["-", "-"]
+        if cuda:
+            warp_gpu = humanoid_rate(n, args.seconds, "cuda:0")
+            row += [f"{warp_gpu:,.0f}", f"**{warp_gpu / cpu_rate:.2f}**"]
+        else:
+            row += ["skipped (no CUDA device)", "-"]
         print("| " + " | ".join(row) + " |", flush=True)
 
 

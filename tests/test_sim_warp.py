@@ -14,6 +14,9 @@ pytest.importorskip("mujoco_warp")
 from robot_rl.core import SpecError
 from robot_rl.sim.batched_quad import BatchedQuadHover
 from robot_rl.sim.experts import HoverExpert
+from robot_rl.sim.threaded import ThreadedVectorEnv
+from robot_rl.sim.vector import make_vector_env
+from robot_rl.sim.warp_vector import WarpVectorEnv
 
 
 def _cuda() -> bool:
@@ -73,6 +76,40 @@ def test_warp_expert_hovers_and_autoresets(device: str) -> None:
     assert np.abs(obs["angvel"]).max() > 0.01  # the fresh episodes fly again
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_warp_humanoid_follows_the_cpu_envs_through_contacts_and_a_push(device: str) -> None:
+    """G1 HumanoidStand, random joint targets for 1.3 s (feet on the floor, the first push at 1-2 s): the
+    Warp worlds and the CPU envs agree to 1e-4 (measured ~1e-6 on CPU) in joints, height and reward."""
+    n, steps = 2, 65
+    ref = ThreadedVectorEnv("robot_rl/HumanoidStand-v0", n, nthread=1)
+    got = make_vector_env("robot_rl/HumanoidStand-v0", n, warp=True, device=device)
+    assert isinstance(got, WarpVectorEnv)
+    ref.reset(seed=0)
+    got.reset(seed=0)
+    rng = np.random.default_rng(0)
+    pushed = np.zeros(n, bool)
+    for _ in range(steps):
+        a = rng.uniform(-0.3, 0.3, (n, 29)).astype(np.float32)
+        o1, r1, t1, u1, _ = ref.step(a)
+        o2, r2, t2, u2, _ = got.step(a)
+        for key in ("joint_pos", "joint_vel", "base_height", "base_linvel"):
+            np.testing.assert_allclose(o2[key], o1[key], atol=1e-3 if key.endswith("vel") else 1e-4, err_msg=key)
+        np.testing.assert_allclose(r2, r1, atol=1e-4)
+        np.testing.assert_array_equal(t2 | u2, t1 | u1)
+        pushed |= [np.abs(e.data.xfrc_applied).max() > 0 for e in ref.robot_envs]
+    assert pushed.any()  # a push happened and Warp saw the same force
+    assert np.abs(o1["joint_pos"] - ref.robot_envs[0].default_q).max() > 0.05  # the joints really moved
+
+
+def test_warp_vector_env_refuses_what_it_cannot_batch() -> None:
+    with pytest.raises(SpecError, match="joint-PD"):
+        WarpVectorEnv("robot_rl/ArmReach-v0", 1, device="cpu")
+    with pytest.raises(SpecError, match="randomised or stand-in"):
+        WarpVectorEnv("robot_rl/HumanoidStand-RealStandIn-v0", 1, device="cpu")
+    with pytest.raises(SpecError, match="randomised or stand-in"):
+        WarpVectorEnv("robot_rl/HumanoidWalk-v0", 1, device="cpu", randomization={"mass_scale": [0.9, 1.1]})
+
+
 def test_warp_refuses_unknown_physics_and_missing_cuda() -> None:
     with pytest.raises(SpecError, match="physics"):
         BatchedQuadHover(2, physics="bullet")
@@ -94,7 +131,7 @@ def test_ppo_learns_hover_on_warp_gpu(tmp_path: object) -> None:
 
     hover = Path(__file__).resolve().parents[1] / "config" / "rl" / "quad_hover.yaml"
     cfg = load_config(RLConfig, hover, ["time_budget_s=null", "total_steps=4000000", "num_envs=4096",
-                                        "env_options={physics: warp, device: 'cuda:0'}"])
+                                        "vector=warp", "env_options={device: 'cuda:0'}"])
     result = train_rl(cfg, Path(str(tmp_path)) / "run", progress=False)
     assert result.stopped == "target", result.summary()
     assert result.final.success_rate == 1.0 and result.final.crash_rate == 0.0

@@ -127,10 +127,12 @@ class RLConfig:
     """Gymnasium id of the task (``robot-rl sim list`` lists robot_rl's)."""
     env_options: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment (``gymnasium.make``, or BatchedQuadHover's for ``batched``)."""
-    vector: Literal["batched", "threaded", "sync", "async"] = "sync"
+    vector: Literal["batched", "threaded", "warp", "sync", "async"] = "sync"
     """How the ``num_envs`` copies run: ``batched`` (mujoco.batch, robot_rl.sim.vector.make_vector_env with
     batched=True; QuadHover-v0 only), ``threaded`` (this process, every copy's physics at once on C threads;
-    any task, randomised or stand-in), ``sync`` (gym.make_vec in this process) or ``async`` (a process each)."""
+    any task, randomised or stand-in), ``warp`` (physics on MuJoCo Warp, a CUDA GPU when present; nominal
+    QuadHover-v0 and the G1 tasks; ``env_options: {device: cuda:0}`` picks the device), ``sync``
+    (gym.make_vec in this process) or ``async`` (a process each)."""
     num_envs: int = 256
     """Environments stepped together."""
     obs_keys: list[str] | None = None

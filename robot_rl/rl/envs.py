@@ -86,6 +86,8 @@ def make_probe(cfg: RLConfig) -> gym.Env:
     import robot_rl.sim  # noqa: F401  (registers the robot_rl ids)
 
     options = {} if cfg.vector == "batched" else dict(cfg.env_options)
+    if cfg.vector == "warp":  # the device is the vector env's, not the single env's
+        options.pop("device", None)
     try:
         return gym.make(cfg.env_id, **options)
     except gym.error.Error as exc:
@@ -143,6 +145,7 @@ def make_vector(cfg: RLConfig, num_envs: int) -> gym.vector.VectorEnv:
     try:
         return make_vector_env(cfg.env_id, num_envs, asynchronous=cfg.vector == "async",
                                batched=cfg.vector == "batched", threaded=cfg.vector == "threaded",
+                               warp=cfg.vector == "warp",
                                **cfg.env_options)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"vector / env_options: cannot build {num_envs} x {cfg.env_id} ({exc})") from exc

@@ -82,9 +82,14 @@ def resolve_warp_device(device: str) -> str:
 
 
 class WarpBatch:
-    """MuJoCo Warp on ``device`` (``auto``: CUDA when present); host mirrors synced around each step."""
+    """MuJoCo Warp on ``device`` (``auto``: CUDA when present); host mirrors synced around each step.
 
-    def __init__(self, model: mujoco.MjModel, num_worlds: int, device: str = "auto") -> None:
+    ``nconmax`` / ``njmax``: contacts and constraint rows allocated per world (Warp's defaults suit a
+    model without many contacts; a legged robot needs more, or Warp drops constraints and warns).
+    """
+
+    def __init__(self, model: mujoco.MjModel, num_worlds: int, device: str = "auto", nconmax: int | None = None,
+                 njmax: int | None = None) -> None:
         try:
             import mujoco_warp as mjw
             import warp as wp
@@ -95,7 +100,7 @@ class WarpBatch:
         self.qpos0 = model.qpos0.copy()
         with wp.ScopedDevice(self.device):
             self.model = mjw.put_model(model)
-            self.data = mjw.make_data(model, nworld=num_worlds)
+            self.data = mjw.make_data(model, nworld=num_worlds, nconmax=nconmax, njmax=njmax)
             self._mask = wp.zeros(num_worlds, dtype=bool)
         self.qpos = self.data.qpos.numpy().astype(np.float64)
         self.qvel = self.data.qvel.numpy().astype(np.float64)
@@ -113,6 +118,10 @@ class WarpBatch:
     def commit(self, ids: np.ndarray) -> None:
         """Uploads every world's mirrors (one copy each; Warp computes kinematics inside its step)."""
         self._upload()
+
+    def set(self, name: str, values: np.ndarray) -> None:
+        """Write a whole (num_worlds, ...) Data field on the device, e.g. ``xfrc_applied`` (pushes)."""
+        getattr(self.data, name).assign(np.ascontiguousarray(values, dtype=np.float32))
 
     def _upload(self) -> None:
         self.data.qpos.assign(self.qpos.astype(np.float32))

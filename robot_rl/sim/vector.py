@@ -3,7 +3,9 @@
 * :func:`make_vector_env`: ``num_envs`` copies of a ``robot_rl/`` id: ``gym.make_vec`` synchronous (one
   process) or asynchronous (one process per env), ``threaded`` (one process, every env's compiled physics
   loop on C threads at once: :class:`robot_rl.sim.threaded.ThreadedVectorEnv`, any task) or ``batched``
-  (a task's hand-vectorised twin on ``mujoco.batch``, QuadHover-v0 only).
+  (a task's hand-vectorised twin on ``mujoco.batch``, QuadHover-v0 only) or ``warp`` (physics on MuJoCo
+  Warp, a GPU when present: QuadHover-v0's twin, or the G1 tasks through
+  :class:`robot_rl.sim.warp_vector.WarpVectorEnv`).
 * :func:`batch_rollout`: ``mujoco.rollout`` over many initial states and/or many perturbed models
   with OPEN-LOOP controls in C threads, e.g. replaying logged actuator commands through a batch of
   candidate dynamics for sim-to-real alignment. It cannot host the Python controllers.
@@ -23,18 +25,28 @@ import robot_rl.sim  # noqa: F401  (registers the ids)
 
 
 def make_vector_env(env_id: str, num_envs: int, asynchronous: bool = False, batched: bool = False,
-                    threaded: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
+                    threaded: bool = False, warp: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` (keyword arguments go to every env, e.g. ``randomization=``).
 
     Seeding ``reset(seed=s)`` gives env ``i`` the seed ``s + i``, so a vector run is reproducible.
     ``batched=True`` picks the ``mujoco.batch`` implementation where one exists (QuadHover-v0:
     :class:`robot_rl.sim.batched_quad.BatchedQuadHover`, nominal dynamics, ~8-10x faster).
     ``threaded=True`` steps all copies' physics at once on C threads (any robot_rl id, same envs).
+    ``warp=True`` runs the physics on MuJoCo Warp (``device=`` auto/cpu/cuda:N; nominal QuadHover-v0 and
+    the G1 tasks).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if sum((asynchronous, batched, threaded)) > 1:
-        raise ValueError("make_vector_env: choose at most one of asynchronous, batched, threaded")
+    if sum((asynchronous, batched, threaded, warp)) > 1:
+        raise ValueError("make_vector_env: choose at most one of asynchronous, batched, threaded, warp")
+    if warp:
+        if env_id == "robot_rl/QuadHover-v0":
+            from robot_rl.sim.batched_quad import BatchedQuadHover
+
+            return BatchedQuadHover(num_envs, physics="warp", **kwargs)
+        from robot_rl.sim.warp_vector import WarpVectorEnv
+
+        return WarpVectorEnv(env_id, num_envs, **kwargs)
     if threaded:
         from robot_rl.sim.threaded import ThreadedVectorEnv
 
