@@ -266,6 +266,7 @@ def test_a_restarted_residual_learner_resumes_its_buffers_networks_and_versions(
     probe = {"position": np.array([0.1, 0.0, 0.9], np.float32), "quat": np.array([1, 0, 0, 0], np.float32),
              "linvel": np.zeros(3, np.float32), "angvel": np.zeros(3, np.float32),
              "goal_pos": np.array([0, 0, 1], np.float32), "goal_vel": np.zeros(3, np.float32),
+             "goal_error": np.array([0.1, 0.0, -0.1], np.float32), "vel_error": np.zeros(3, np.float32),
              "last_action": np.array([0.55, 0, 0, 0], np.float32)}
     sac = learner.algorithm.sac  # type: ignore[attr-defined]
     before = sac.act(probe, expert_for(env).act(probe), deterministic=True)

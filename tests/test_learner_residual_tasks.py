@@ -26,6 +26,8 @@ from robot_rl.sim.experts import expert_for
 ROOT = Path(__file__).resolve().parents[1]
 TRACK = "robot_rl/QuadTrack-RealStandIn-v0"
 STEPS = 200
+QUAD_STATE = ["position", "quat", "linvel", "angvel", "goal_pos", "goal_vel", "last_action"]
+"""The residual's inputs, as in config/learners/online_quad_track_residual.yaml."""
 """Episode length of the test (4 s of the figure-eight; the benchmark flies 8 s)."""
 
 
@@ -46,6 +48,7 @@ def test_a_short_residual_run_reduces_the_stand_in_tracking_error(tmp_path: Path
     a clear part of it. Training is not monotone, so the seeds and the length are fixed."""
     torch.set_num_threads(1)
     cfg = load_config(ResidualConfig, {"base": "expert", "scale": 0.15, "warmup_steps": 400, "reward": "env",
+                                       "state_keys": QUAD_STATE,
                                        "sac": {"hidden": 64, "num_critics": 2, "batch_size": 128, "utd_ratio": 2,
                                                "actor_delay": 300, "residual_penalty": 0.0}})
     env = TaskReward(gym.make(TRACK, max_episode_steps=STEPS), cfg.reward)
