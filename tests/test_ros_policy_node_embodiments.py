@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -130,53 +131,47 @@ def test_keys_without_a_source_are_named_at_startup() -> None:
         rclpy.shutdown()
 
 
-@pytest.mark.parametrize(("env_id", "robot", "keys"), [("robot_rl/HumanoidStand-v0", g1, HUMANOID_KEYS[2:]),
-                                                       ("robot_rl/QuadHover-v0", cf2x, QUAD_KEYS[:4])])
-def test_odometry_gives_the_env_observation(env_id: str, robot: object, keys: list[str]) -> None:
-    """Frames: the keys read from odom/pose + odom/twist equal what the env observed in training."""
-    import gymnasium as gym
-
-    from robot_rl.control.base import RobotState
-    from robot_rl.ros.observation_sources import SOURCES, _pose, _twist
-    from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
-
-    env = gym.make(env_id)
-    obs, _ = env.reset(seed=4)
-    for _ in range(3):
-        obs, *_ = env.step(env.action_space.sample())
-    d = env.unwrapped.data
-    state = RobotState(np.zeros(0), np.zeros(0), 0.0, d.qpos[robot.QPOS_BASE_POS], d.qpos[robot.QPOS_BASE_QUAT],
-                       d.qvel[robot.QVEL_BASE_LINVEL], d.qvel[robot.QVEL_BASE_ANGVEL])
-    pose, twist = odometry_to_msgs(state, 0, "world", "body")
-    raw = {POSE_TOPIC: _pose(pose), TWIST_TOPIC: _twist(twist)}
-    for key in keys:
-        np.testing.assert_allclose(SOURCES[key].value(raw), obs[key], atol=1e-5, err_msg=key)
-    env.close()
-
-
-def test_relative_errors_are_computed_as_the_env_does() -> None:
-    """goal_error / vel_error on the graph: odometry minus the goal constants, equal to the env's keys."""
+def _odometry_after_flight(env_id: str, robot: Any, seed: int, steps: int) -> tuple[dict[str, np.ndarray], Any]:
+    """The env's observation after ``steps`` random actions, and the odometry topics' parsed fields then."""
     import gymnasium as gym
 
     from robot_rl.control.base import RobotState
     from robot_rl.ros.observation_sources import _pose, _twist
     from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
 
-    env = gym.make("robot_rl/QuadTrack-v0")
-    obs, _ = env.reset(seed=2)
-    for _ in range(5):
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    for _ in range(steps):
         obs, *_ = env.step(env.action_space.sample())
     d = env.unwrapped.data
-    state = RobotState(np.zeros(0), np.zeros(0), 0.0, d.qpos[cf2x.QPOS_BASE_POS], d.qpos[cf2x.QPOS_BASE_QUAT],
-                       d.qvel[cf2x.QVEL_BASE_LINVEL], d.qvel[cf2x.QVEL_BASE_ANGVEL])
+    state = RobotState(np.zeros(0), np.zeros(0), 0.0, d.qpos[robot.QPOS_BASE_POS], d.qpos[robot.QPOS_BASE_QUAT],
+                       d.qvel[robot.QVEL_BASE_LINVEL], d.qvel[robot.QVEL_BASE_ANGVEL])
     pose, twist = odometry_to_msgs(state, 0, "world", "body")
+    env.close()
+    return obs, {POSE_TOPIC: _pose(pose), TWIST_TOPIC: _twist(twist)}
+
+
+@pytest.mark.parametrize(("env_id", "robot", "keys"), [("robot_rl/HumanoidStand-v0", g1, HUMANOID_KEYS[2:]),
+                                                       ("robot_rl/QuadHover-v0", cf2x, QUAD_KEYS[:4])])
+def test_odometry_gives_the_env_observation(env_id: str, robot: object, keys: list[str]) -> None:
+    """Frames: the keys read from odom/pose + odom/twist equal what the env observed in training."""
+    from robot_rl.ros.observation_sources import SOURCES
+
+    obs, raw = _odometry_after_flight(env_id, robot, 4, 3)
+    for key in keys:
+        np.testing.assert_allclose(SOURCES[key].value(raw), obs[key], atol=1e-5, err_msg=key)
+
+
+def test_relative_errors_are_computed_as_the_env_does() -> None:
+    """goal_error / vel_error on the graph: odometry minus the goal constants, equal to the env's keys."""
+    obs, raw = _odometry_after_flight("robot_rl/QuadTrack-v0", cf2x, 2, 5)
     rclpy.init()
     node = rclpy.create_node("derived_probe")
     try:
         keys = ["goal_error", "vel_error", "angvel"]
         sources = ObservationSources(node, keys, "cf2x", {}, {"goal_pos": obs["goal_pos"], "goal_vel": obs["goal_vel"]})
         assert sources.topics == ["odom/pose", "odom/twist"]  # position and linvel, though no key names them
-        sources.raw = {POSE_TOPIC: _pose(pose), TWIST_TOPIC: _twist(twist)}
+        sources.raw = raw
         got = sources.observation()
         assert got is not None and list(got) == keys
         for key in keys:
@@ -187,4 +182,3 @@ def test_relative_errors_are_computed_as_the_env_does() -> None:
     finally:
         node.destroy_node()
         rclpy.shutdown()
-    env.close()
