@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 
@@ -23,34 +24,36 @@ from robot_rl.sim.threaded import ThreadedVectorEnv
 from robot_rl.sim.warp_vector import WarpVectorEnv
 
 
-def env_rate(n: int, seconds: float, **kwargs: object) -> tuple[float, float]:
-    """(env steps/s summed over drones, seconds to build and take the first step incl. kernel compiles)."""
+def steps_per_second(venv: Any, action: np.ndarray, seconds: float) -> tuple[float, float]:
+    """(env steps/s summed over ``venv``'s envs, seconds of the reset and the untimed first step)."""
     t0 = time.perf_counter()
-    venv = BatchedQuadHover(n, **kwargs)  # type: ignore[arg-type]
     venv.reset(seed=0)
-    action = np.tile(np.array([0.55, 0.0, 0.0, 0.0], np.float32), (n, 1))
     venv.step(action)
-    startup = time.perf_counter() - t0
+    warm_up = time.perf_counter() - t0
     done, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         venv.step(action)
-        done += n
-    return done / (time.perf_counter() - t0), startup
+        done += len(action)
+    return done / (time.perf_counter() - t0), warm_up
+
+
+def env_rate(n: int, seconds: float, **kwargs: Any) -> tuple[float, float]:
+    """(env steps/s summed over drones, seconds to build and take the first step incl. kernel compiles)."""
+    t0 = time.perf_counter()
+    venv = BatchedQuadHover(n, **kwargs)
+    build = time.perf_counter() - t0
+    rate, warm_up = steps_per_second(venv, np.tile(np.array([0.55, 0.0, 0.0, 0.0], np.float32), (n, 1)), seconds)
+    return rate, build + warm_up
 
 
 def humanoid_rate(n: int, seconds: float, device: str | None) -> float:
     """G1 walking env steps/s summed over envs: ThreadedVectorEnv (device None) or WarpVectorEnv."""
     env_id = "robot_rl/HumanoidWalk-v0"
     venv = ThreadedVectorEnv(env_id, n, nthread=2) if device is None else WarpVectorEnv(env_id, n, device=device)
-    venv.reset(seed=0)
-    action = np.zeros((n, 29), np.float32)
-    venv.step(action)
-    done, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        venv.step(action)
-        done += n
-    venv.close()
-    return done / (time.perf_counter() - t0)
+    try:
+        return steps_per_second(venv, np.zeros((n, 29), np.float32), seconds)[0]
+    finally:
+        venv.close()
 
 
 def main() -> None:

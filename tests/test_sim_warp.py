@@ -6,6 +6,8 @@ and are skipped without one.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -121,10 +123,8 @@ def test_warp_refuses_unknown_physics_and_missing_cuda() -> None:
 @pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.skipif(not _cuda(), reason="no CUDA device")
-def test_ppo_learns_hover_on_warp_gpu(tmp_path: object) -> None:
+def test_ppo_learns_hover_on_warp_gpu(tmp_path: Path) -> None:
     """The shipped hover config with its drones on MuJoCo Warp (CUDA): the same hover criterion, 4096 drones."""
-    from pathlib import Path
-
     from robot_rl.core.config import load_config
     from robot_rl.rl.config import RLConfig
     from robot_rl.rl.train import train_rl
@@ -132,6 +132,6 @@ def test_ppo_learns_hover_on_warp_gpu(tmp_path: object) -> None:
     hover = Path(__file__).resolve().parents[1] / "config" / "rl" / "quad_hover.yaml"
     cfg = load_config(RLConfig, hover, ["time_budget_s=null", "total_steps=4000000", "num_envs=4096",
                                         "vector=warp", "env_options={device: 'cuda:0'}"])
-    result = train_rl(cfg, Path(str(tmp_path)) / "run", progress=False)
+    result = train_rl(cfg, tmp_path / "run", progress=False)
     assert result.stopped == "target", result.summary()
     assert result.final.success_rate == 1.0 and result.final.crash_rate == 0.0
