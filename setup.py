@@ -80,6 +80,8 @@ setup(
         "tensorboard>=2.14",
         # Compiled per-physics-step kernels (controllers, actuator pipeline, batched env loops).
         "numba>=0.60",
+        # CMA-ES of system identification (robot-rl align fit --method sysid).
+        "cmaes>=0.11",
         # PPO of `robot-rl rl train` (rsl_rl: pure Python; pulls tensordict, onnx, GitPython).
         "rsl-rl-lib>=5.5,<6",
         # Robot models, loaded from site-packages at run time (nothing is downloaded).

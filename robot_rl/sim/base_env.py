@@ -15,8 +15,10 @@ observation is the last finite one, and stepping again without ``reset()`` raise
 
 from __future__ import annotations
 
+import copy
 from abc import abstractmethod
 from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,6 +39,37 @@ StepResult = tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]
 StepStages = Generator[int, str, StepResult]
 """A step in progress (:meth:`RobotEnv.step_stages`): yields physics steps to run, is sent back the
 divergence reason ("" when none), returns the step's result."""
+
+
+@dataclass(frozen=True)
+class StateOverride:
+    """Measured joint positions and velocities to start from or jump to (e.g. a recorded real robot state).
+
+    ``reset(options={"state": override})`` starts an episode there (the task is sampled as usual, then these
+    entries of qpos/qvel are replaced and the controller holds the new posture); :meth:`RobotEnv.set_state`
+    moves a running episode there, leaving the controllers' and actuators' internal state as it is.
+    """
+
+    qpos_index: np.ndarray
+    """Indices into ``data.qpos``."""
+    qpos: np.ndarray
+    """Their values."""
+    qvel_index: np.ndarray
+    """Indices into ``data.qvel``."""
+    qvel: np.ndarray
+    """Their values."""
+
+    def check(self, model: mujoco.MjModel) -> None:
+        """SpecError when shapes or indices do not fit ``model`` or a value is not finite."""
+        for name, index, value, size in (("qpos", self.qpos_index, self.qpos, model.nq),
+                                         ("qvel", self.qvel_index, self.qvel, model.nv)):
+            idx, val = np.asarray(index), np.asarray(value)
+            if idx.ndim != 1 or val.shape != idx.shape:
+                raise SpecError(f"state.{name}: {val.shape} values for {idx.shape} indices")
+            if idx.size and (idx.min() < 0 or idx.max() >= size):
+                raise SpecError(f"state.{name}: indices must lie in [0, {size}), got {idx.min()}..{idx.max()}")
+            if not np.all(np.isfinite(val)):
+                raise SpecError(f"state.{name}: contains NaN or inf")
 
 
 def drive_step(stages: StepStages, run_physics: Callable[[int], str]) -> StepResult:
@@ -85,6 +118,9 @@ class RobotEnv(gym.Env):
         self.randomizer = ModelRandomizer(self.model, self.actuators)
         self.dynamics: Randomization = (
             stand_in(self.ROBOT, self.config.stand_in) if self.config.stand_in else self.config.randomization)
+        if self.dynamics.actuator_gains and len(self.dynamics.actuator_gains) != len(self.actuators):
+            raise SpecError(f"randomization.actuator_gains: {len(self.dynamics.actuator_gains)} factors, "
+                            f"{self.ROBOT} has {len(self.actuators)} controlled actuators")
         lo, hi = self.model.actuator_ctrlrange[self.actuators].T
         self.pipeline = ActuatorPipeline(len(self.actuators), lo, hi, self.backend.timestep)
         for cam in self.config.cameras:
@@ -106,6 +142,11 @@ class RobotEnv(gym.Env):
         self.sampled_dynamics: dict[str, float] = {}
         self.action_delay_steps = 0
         self._diverged = False
+        self.delta_action: Callable[[RobotEnv, np.ndarray], np.ndarray] | None = None
+        if self.config.delta_action:
+            from robot_rl.align.artifacts import load_delta_action
+
+            self.delta_action = load_delta_action(self.config.delta_action, self)
         self.compiled_physics = self.backend.compiled_available
         """Step physics with the env's compiled loop (:meth:`_compiled_substeps`) when it has one; False: the
         Python callback loop (``_control`` through the pipeline), the reference both must equal."""
@@ -181,6 +222,13 @@ class RobotEnv(gym.Env):
         rng = self.np_random
         self.sampled_dynamics = self.randomizer.apply(self.dynamics, rng)
         qpos, qvel = self._reset_task(rng, options or {})
+        override = (options or {}).get("state")
+        if override is not None:
+            if not isinstance(override, StateOverride):
+                raise SpecError(f"options['state']: expected a StateOverride, got {type(override).__name__}")
+            override.check(self.model)
+            qpos, qvel = np.array(qpos, dtype=np.float64), np.array(qvel, dtype=np.float64)
+            qpos[override.qpos_index], qvel[override.qvel_index] = override.qpos, override.qvel
         self.backend.reset(qpos, qvel)
         self._reset_controller()
         d = self.dynamics
@@ -228,6 +276,8 @@ class RobotEnv(gym.Env):
             raise SpecError("action: contains NaN or inf; rejected before simulation (state unchanged)")
         clipped = np.clip(a, self.action_space.low, self.action_space.high)
         was_clipped = bool(np.any(clipped != a))
+        if self.delta_action is not None:  # the aligned simulator: the robot answers a as sim answers a + delta
+            clipped = np.clip(clipped + self.delta_action(self, clipped), self.action_space.low, self.action_space.high)
         self._before_physics()
         reason, k = "", self.action_delay_steps
         if k:  # the previous action stays in force until this one arrives
@@ -281,6 +331,40 @@ class RobotEnv(gym.Env):
         for cam in self.config.cameras:
             obs[f"image_{cam}"] = self.backend.render(cam, h, w)
         return obs
+
+    # ---- state access for sim-to-real alignment (robot_rl.align) ---------------------------------
+    def set_state(self, override: StateOverride) -> None:
+        """Move the running episode to ``override``'s joint state (controllers and actuators keep theirs)."""
+        override.check(self.model)
+        self.data.qpos[override.qpos_index] = override.qpos
+        self.data.qvel[override.qvel_index] = override.qvel
+        mujoco.mj_forward(self.model, self.data)
+
+    _SHARED_ATTRS: ClassVar[frozenset[str]] = frozenset({
+        "model", "data", "backend", "randomizer", "config", "dynamics", "embodiment", "observation_spec",
+        "action_spec", "observation_space", "action_space", "delta_action", "metadata", "spec", "render_mode"})
+
+    def snapshot(self) -> tuple[np.ndarray, dict[str, Any]]:
+        """Everything a step depends on: the integration state and copies of the env's own attributes.
+
+        :meth:`restore` returns to it, so several actions can be tried from one state (finite differences).
+        The model, the configuration and the spaces are shared, not copied.
+        """
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        state = np.empty(mujoco.mj_stateSize(self.model, spec))
+        mujoco.mj_getState(self.model, self.data, state, spec)
+        attrs = {k: v for k, v in vars(self).items() if k not in self._SHARED_ATTRS}
+        return state, copy.deepcopy(attrs, self._shared_memo())
+
+    def restore(self, snap: tuple[np.ndarray, dict[str, Any]]) -> None:
+        """Return to a :meth:`snapshot` (which stays valid for further restores)."""
+        state, attrs = snap
+        mujoco.mj_setState(self.model, self.data, state, mujoco.mjtState.mjSTATE_INTEGRATION)
+        mujoco.mj_forward(self.model, self.data)
+        vars(self).update(copy.deepcopy(attrs, self._shared_memo()))
+
+    def _shared_memo(self) -> dict[int, Any]:
+        return {id(v): v for k, v in vars(self).items() if k in self._SHARED_ATTRS}
 
     def render(self) -> np.ndarray | None:
         """An RGB frame of the scene camera when render_mode is 'rgb_array'."""

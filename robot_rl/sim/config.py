@@ -41,6 +41,9 @@ class Randomization:
     """Scale of every joint's damping."""
     actuator_gain_scale: tuple[float, float] = (1.0, 1.0)
     """Scale of each actuator's gain (per actuator): the torque a command produces."""
+    actuator_gains: tuple[float, ...] = ()
+    """Fixed per-actuator gain factors (the motor-to-motor spread of one real robot), one per controlled
+    actuator, multiplied with the sampled scale; empty: all 1."""
     action_latency_s: tuple[float, float] = (0.0, 0.0)
     """Delay between env.step() and the moment its action reaches the controller [s] (rounded to physics
     steps, below one policy period): communication and inference delay of the policy."""
@@ -60,6 +63,10 @@ class Randomization:
             value = tuple(float(v) for v in getattr(self, name))
             object.__setattr__(self, name, value)
             _check_range(f"randomization.{name}", value, 1e-3)
+        gains = tuple(float(g) for g in self.actuator_gains)
+        object.__setattr__(self, "actuator_gains", gains)
+        if not all(np.isfinite(g) and g > 1e-3 for g in gains):
+            raise ConfigError(f"randomization.actuator_gains: must be finite and > 0.001, got {gains}")
         for name in ("action_latency_s", "latency_s", "motor_time_constant_s"):
             value = tuple(float(v) for v in getattr(self, name))
             object.__setattr__(self, name, value)
@@ -102,6 +109,9 @@ class SimConfig:
     """Domain randomisation ranges, sampled at every reset."""
     stand_in: str = ""
     """Name of a hidden real-world stand-in perturbation set (robot_rl.sim.stand_in); empty for none."""
+    delta_action: str = ""
+    """Folder of a delta-action model (``robot-rl align fit --method delta_action``): every action a is
+    executed as a + model(state, a), the aligned simulator of ASAP; empty for none."""
 
     def __post_init__(self) -> None:
         if not (500.0 <= self.physics_hz <= 1000.0):

@@ -39,6 +39,11 @@ class ModelRandomizer:
         friction = float(_uniform(rng, cfg.friction_scale))
         damping = float(_uniform(rng, cfg.damping_scale))
         gains = np.atleast_1d(_uniform(rng, cfg.actuator_gain_scale, len(self.actuators)))
+        if cfg.actuator_gains:
+            if len(cfg.actuator_gains) != len(self.actuators):
+                raise ValueError(f"randomization.actuator_gains: {len(cfg.actuator_gains)} factors for "
+                                 f"{len(self.actuators)} actuators")
+            gains = gains * np.asarray(cfg.actuator_gains)
         m.body_mass[:] = self.body_mass * mass
         m.body_inertia[:] = self.body_inertia * mass
         m.geom_friction[:] = self.geom_friction

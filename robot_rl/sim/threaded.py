@@ -18,6 +18,7 @@ part too, at the cost of covering the nominal dynamics only.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from copy import deepcopy
 from typing import Any
@@ -29,6 +30,63 @@ from gymnasium.vector.utils import concatenate, iterate
 
 from robot_rl.core import SpecError
 from robot_rl.sim.base_env import RobotEnv, StepResult, StepStages
+
+
+def finish_steps(stages: dict[int, StepStages], pending: dict[int, int],
+                 run_physics: Callable[[dict[int, int]], dict[int, str]]) -> dict[int, StepResult]:
+    """Drive started steps (``stages``, each waiting for ``pending[i]`` physics steps) to their results.
+
+    ``run_physics`` steps the requested envs together and reports their divergence reasons.
+    """
+    results: dict[int, StepResult] = {}
+    while pending:
+        reasons = run_physics(pending)
+        pending = {}
+        for i, reason in reasons.items():
+            try:
+                pending[i] = stages[i].send(reason)
+            except StopIteration as done:
+                results[i] = done.value
+    return results
+
+
+class PhysicsPool:
+    """Runs many robot_rl envs' physics stretches at once: one share per thread, the caller's included.
+
+    The envs' compiled loops release the GIL, so ``nthread`` shares run truly in parallel. Used by
+    :class:`ThreadedVectorEnv` and by the open-loop replays of sim-to-real alignment (robot_rl.align).
+    """
+
+    def __init__(self, nthread: int | None = None) -> None:
+        self.nthread = max(1, nthread if nthread is not None else len(os.sched_getaffinity(0)))
+        self._pool = ThreadPoolExecutor(self.nthread - 1, thread_name_prefix="robot_rl-physics") \
+            if self.nthread > 1 else None
+
+    def run(self, envs: list[RobotEnv], requests: dict[int, int]) -> dict[int, str]:
+        """``{env: physics steps}`` -> ``{env: divergence reason}``, the envs split into ``nthread`` shares."""
+        ids = list(requests)
+        shares = [ids[k::self.nthread] for k in range(self.nthread) if ids[k::self.nthread]]
+
+        def run(share: list[int]) -> dict[int, str]:
+            return {i: envs[i].run_physics(requests[i]) for i in share}
+
+        others = [self._pool.submit(run, share) for share in shares[1:]] if self._pool is not None else []
+        reasons = run(shares[0]) if shares else {}
+        for future in others:
+            reasons.update(future.result())
+        return reasons
+
+    def step(self, envs: list[RobotEnv], actions: np.ndarray) -> list[StepResult]:
+        """One ``env.step(actions[i])`` of every env, their physics in parallel."""
+        stages = {i: env.step_stages(a) for i, (env, a) in enumerate(zip(envs, actions))}
+        pending = {i: next(st) for i, st in stages.items()}
+        results = finish_steps(stages, pending, lambda requests: self.run(envs, requests))
+        return [results[i] for i in range(len(envs))]
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
 
 def _unwrapped_robot_env(env_id: str, kwargs: dict[str, Any]) -> RobotEnv:
@@ -59,9 +117,7 @@ class ThreadedVectorEnv(SyncVectorEnv):
         self.max_episode_steps: int | None = limit if limit is not None else gym.spec(env_id).max_episode_steps
         super().__init__([lambda: _unwrapped_robot_env(env_id, kwargs) for _ in range(num_envs)])
         self.robot_envs: list[RobotEnv] = [e for e in self.envs if isinstance(e, RobotEnv)]
-        self.nthread = max(1, nthread if nthread is not None else len(os.sched_getaffinity(0)))
-        self._pool = ThreadPoolExecutor(self.nthread - 1, thread_name_prefix="robot_rl-physics") \
-            if self.nthread > 1 else None
+        self.pool = PhysicsPool(nthread)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One policy step of every env (autoresetting ones only reset, as ``SyncVectorEnv``)."""
@@ -82,15 +138,7 @@ class ThreadedVectorEnv(SyncVectorEnv):
             else:
                 stages[i] = self.robot_envs[i].step_stages(action)
                 pending[i] = next(stages[i])
-        results: dict[int, StepResult] = {}
-        while pending:
-            reasons = self._run_physics(pending)
-            pending = {}
-            for i, reason in reasons.items():
-                try:
-                    pending[i] = stages[i].send(reason)
-                except StopIteration as done:
-                    results[i] = done.value
+        results = finish_steps(stages, pending, self._run_physics)
         for i, (obs, reward, terminated, truncated, info) in results.items():
             if self.max_episode_steps is not None and self.robot_envs[i].elapsed_steps >= self.max_episode_steps:
                 truncated = True  # gymnasium.wrappers.TimeLimit
@@ -106,24 +154,9 @@ class ThreadedVectorEnv(SyncVectorEnv):
         return observations, np.copy(self._rewards), np.copy(self._terminations), np.copy(self._truncations), infos
 
     def _run_physics(self, requests: dict[int, int]) -> dict[int, str]:
-        """``{env: physics steps}`` -> ``{env: divergence reason}``, the envs split into ``nthread`` shares.
-
-        One share is stepped by the calling thread, the others by the pool's threads at the same time.
-        """
-        ids = list(requests)
-        shares = [ids[k::self.nthread] for k in range(self.nthread) if ids[k::self.nthread]]
-
-        def run(share: list[int]) -> dict[int, str]:
-            return {i: self.robot_envs[i].run_physics(requests[i]) for i in share}
-
-        others = [self._pool.submit(run, share) for share in shares[1:]] if self._pool is not None else []
-        reasons = run(shares[0])
-        for future in others:
-            reasons.update(future.result())
-        return reasons
+        return self.pool.run(self.robot_envs, requests)
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the worker threads, then close the envs."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        self.pool.close()
         super().close_extras(**kwargs)

@@ -61,6 +61,8 @@ class ArmEnv(RobotEnv):
     ROBOT = "panda"
     RENDER_CAMERA = "front"
     WITH_OBJECT: ClassVar[bool] = False
+    _SHARED_ATTRS: ClassVar[frozenset[str]] = RobotEnv._SHARED_ATTRS | {"ik"}
+    """The IK solver is stateless (a scratch MjData): snapshots share it."""
     DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 10.0}
 
     def _build_model(self) -> mujoco.MjModel:

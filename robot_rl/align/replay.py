@@ -1,0 +1,189 @@
+"""Open-loop replay of recorded actions in the simulator, many segments at once, and the per-horizon gap.
+
+Each segment starts at its recorded state (:class:`robot_rl.sim.base_env.StateOverride`) and is driven by its
+recorded actions through the env's own controllers (the same ``env.step`` as training), so what is
+compared is the whole command path: controller, actuators, physics. Segments run in lock step on a batch
+of envs whose physics stretches share C threads (:class:`robot_rl.sim.threaded.PhysicsPool`); ``nthread=1``
+with the Python physics loop is the reference loop the benchmark compares against.
+
+Hooks make the same replay serve every method: per-env ``dynamics`` (system identification candidates,
+domain randomisation), ``delta`` (a delta-action model adds its correction to each action) and
+``correct`` (a delta-dynamics model corrects each next state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+from tqdm import tqdm
+
+from robot_rl.align.config import AlignConfig
+from robot_rl.align.episodes import Segments
+from robot_rl.align.layout import StateLayout, layout_for
+from robot_rl.sim.base_env import RobotEnv, StateOverride
+from robot_rl.sim.config import Randomization
+from robot_rl.sim.threaded import PhysicsPool
+
+DeltaFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""(features (N, F), actions (N, A)) -> action corrections (N, A), in the env's action units."""
+CorrectFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                     tuple[np.ndarray, np.ndarray]]
+"""(qpos_before, qvel_before, actions, qpos_after, qvel_after) -> corrected (qpos_after, qvel_after)."""
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Simulated states of replayed segments, aligned with the recorded ones."""
+
+    qpos: np.ndarray
+    """(N, H + 1, nq); a diverged replay repeats its last finite state."""
+    qvel: np.ndarray
+    """(N, H + 1, nv)."""
+    diverged: np.ndarray
+    """(N,) whether the simulation diverged (counted at its last state's error)."""
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Per-horizon errors of a rollout against the recorded segments."""
+
+    errors: dict[str, np.ndarray]
+    """Error name -> (N, H + 1) per segment and step."""
+    dt: float
+    """Seconds per step."""
+    diverged: int
+    """Replays that diverged."""
+
+    def mean(self, name: str, horizon_s: float | None = None) -> float:
+        """Mean of error ``name`` over segments and the steps up to ``horizon_s`` (default: all)."""
+        e = self.errors[name]
+        steps = e.shape[1] - 1 if horizon_s is None else min(e.shape[1] - 1, round(horizon_s / self.dt))
+        return float(np.mean(e[:, 1:steps + 1]))
+
+    def at(self, name: str, horizon_s: float) -> float:
+        """Mean error ``name`` exactly ``horizon_s`` after the start."""
+        e = self.errors[name]
+        return float(np.mean(e[:, min(e.shape[1] - 1, round(horizon_s / self.dt))]))
+
+    def curve(self, name: str) -> np.ndarray:
+        """Mean error per step (H + 1,)."""
+        return np.mean(self.errors[name], axis=0)
+
+
+class Replayer:
+    """``num_envs`` nominal simulators replaying recorded segments in lock step."""
+
+    def __init__(self, cfg: AlignConfig, num_envs: int, nthread: int | None = None, compiled: bool = True) -> None:
+        import robot_rl.sim  # noqa: F401  (registers the ids)
+
+        self.cfg = cfg
+        self.layout: StateLayout = layout_for(cfg.robot)
+        self.envs: list[RobotEnv] = []
+        for _ in range(num_envs):
+            env = gym.make(cfg.env_id, **cfg.env_options).unwrapped
+            if not isinstance(env, RobotEnv):
+                raise TypeError(f"env_id: {cfg.env_id} is not a robot_rl env")
+            if env.ROBOT != cfg.robot:
+                raise ValueError(f"env_id: {cfg.env_id} simulates {env.ROBOT!r}, the config is for {cfg.robot!r}")
+            env.compiled_physics = env.compiled_physics and compiled
+            self.envs.append(env)
+        self.nominal = self.envs[0].dynamics
+        self.pool = PhysicsPool(nthread if nthread is not None else cfg.nthread)
+        first = self.envs[0]
+        self.model = first.model
+        self.dt = 1.0 / first.config.policy_hz
+        self.low, self.high = first.action_space.low.astype(np.float64), first.action_space.high.astype(np.float64)
+
+    @property
+    def num_envs(self) -> int:
+        """Segments replayed at once."""
+        return len(self.envs)
+
+    def close(self) -> None:
+        """Stop the threads and close the envs."""
+        self.pool.close()
+        for env in self.envs:
+            env.close()
+
+    # ---- primitives (also used by the delta-action fit) --------------------------------------------------------
+    def start(self, envs: Sequence[RobotEnv], states: Sequence[StateOverride],
+              dynamics: Sequence[Randomization], seed: int) -> None:
+        """Reset ``envs[i]`` at ``states[i]`` under ``dynamics[i]`` (resampled from seed ``seed + i``)."""
+        for i, (env, state, dyn) in enumerate(zip(envs, states, dynamics)):
+            env.dynamics = dyn
+            env.reset(seed=seed + i, options={"state": state})
+
+    def measure(self, envs: Sequence[RobotEnv]) -> tuple[np.ndarray, np.ndarray]:
+        """The envs' current (qpos, qvel) in the layout, (N, nq) / (N, nv)."""
+        q = np.stack([e.data.qpos[self.layout.qpos_index] for e in envs])
+        v = np.stack([e.data.qvel[self.layout.qvel_index] for e in envs])
+        return q, v
+
+    def step(self, envs: Sequence[RobotEnv], actions: np.ndarray) -> np.ndarray:
+        """One env step each (physics in parallel); returns which diverged."""
+        results = self.pool.step(list(envs), np.clip(actions, self.low, self.high))
+        return np.array([bool(r[3]) and r[4].get("truncation_reason", "") != "time_limit" for r in results])
+
+    def set_states(self, envs: Sequence[RobotEnv], qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Move each env to the given layout state (controllers keep theirs)."""
+        lay = self.layout
+        for env, q, v in zip(envs, qpos, qvel):
+            env.set_state(StateOverride(lay.qpos_index, q, lay.qvel_index, v))
+
+    # ---- whole replays -----------------------------------------------------------------------------------------
+    def replay(self, seg: Segments, dynamics: Randomization | Sequence[Randomization] | None = None,
+               delta: DeltaFn | None = None, correct: CorrectFn | None = None, seed: int = 0,
+               progress: bool = False, desc: str = "replay") -> Rollout:
+        """Replay every segment open loop from its first recorded state.
+
+        ``dynamics`` is one set for all segments or one per segment (default: the nominal simulator).
+        """
+        n, w, h = len(seg), seg.warmup, seg.horizon
+        dyn = [dynamics or self.nominal] * n if not isinstance(dynamics, Sequence) else list(dynamics)
+        if len(dyn) != n:
+            raise ValueError(f"dynamics: {len(dyn)} sets for {n} segments")
+        qpos = np.empty((n, w + h + 1, self.layout.nq))
+        qvel = np.empty((n, w + h + 1, self.layout.nv))
+        diverged = np.zeros(n, dtype=bool)
+        bar = tqdm(total=n * (w + h), desc=desc, unit="step", disable=not progress, unit_scale=True, leave=False)
+        for lo in range(0, n, self.num_envs):
+            idx = np.arange(lo, min(n, lo + self.num_envs))
+            envs = self.envs[:len(idx)]
+            self.start(envs, [seg.start(self.layout, i) for i in idx], [dyn[i] for i in idx], seed + lo)
+            qpos[idx, 0], qvel[idx, 0] = self.measure(envs)
+            alive = np.ones(len(idx), dtype=bool)
+            for t in range(w + h):
+                act = seg.actions[idx, t]
+                q0, v0 = qpos[idx, t], qvel[idx, t]
+                if delta is not None:
+                    act = np.clip(act + delta(self.layout.features(q0, v0), act), self.low, self.high)
+                live = np.flatnonzero(alive)
+                div = self.step([envs[k] for k in live], act[live])
+                if t < w:  # warm-up: back onto the recorded state, the hidden actuator state carries on
+                    q1, v1 = seg.qpos[idx, t + 1], seg.qvel[idx, t + 1]
+                    self.set_states([envs[k] for k in live], q1[live], v1[live])
+                else:
+                    q1, v1 = self.measure(envs)
+                    if correct is not None:
+                        q1, v1 = correct(q0, v0, act, q1, v1)
+                        q1 = self.layout.normalize(q1)
+                        ok = alive & np.all(np.isfinite(q1), axis=1) & np.all(np.isfinite(v1), axis=1)
+                        div = div | ~ok[live]
+                        self.set_states([envs[k] for k in np.flatnonzero(ok)], q1[ok], v1[ok])
+                alive[live[div]] = False
+                q1, v1 = np.array(q1), np.array(v1)
+                q1[~alive], v1[~alive] = q0[~alive], v0[~alive]
+                qpos[idx, t + 1], qvel[idx, t + 1] = q1, v1
+                bar.update(len(idx))
+            diverged[idx] = ~alive
+        bar.close()
+        return Rollout(qpos[:, w:], qvel[:, w:], diverged)
+
+    def gap(self, seg: Segments, rollout: Rollout) -> Gap:
+        """Errors of ``rollout`` against the recorded segments, per segment and step."""
+        qpos, qvel = seg.open_loop()
+        errors = self.layout.error(self.model, rollout.qpos, rollout.qvel, qpos, qvel)
+        return Gap(errors, self.dt, int(rollout.diverged.sum()))
