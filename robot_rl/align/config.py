@@ -101,6 +101,9 @@ class DeltaActionSettings:
     """Largest correction, as a fraction of each action's range."""
     fd_step: float = 0.02
     """Finite-difference step, as a fraction of each action's range (``inverse``)."""
+    lookahead_s: float = 0.1
+    """``inverse``: each per-step correction is held over this many seconds of recorded actions and chosen to
+    match the recorded state at their end (a few steps: the actuators lag)."""
     ridge: float = 1e-3
     """Tikhonov weight on the correction in the per-step least squares (``inverse``), relative to the
     normalised state error."""

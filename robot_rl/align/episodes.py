@@ -92,7 +92,8 @@ def collect(cfg: AlignConfig, out: str | Path, progress: bool = True) -> Path:
     c = cfg.collect
     env = MeasuredState(gym.make(c.env_id, **c.env_options))
     if env.layout.robot != cfg.robot:
-        raise AlignmentError(f"collect.env_id: {c.env_id} is robot {env.layout.robot!r}, the config is for {cfg.robot!r}")
+        raise AlignmentError(f"collect.env_id: {c.env_id} is robot {env.layout.robot!r}, "
+                             f"the config is for {cfg.robot!r}")
     try:
         driver = ExcitedDriver(_driver(cfg, env), env.action_space, c.excitation, c.seed)  # type: ignore[arg-type]
         info = dataset_info(env, c.env_id, task=f"alignment motions ({c.driver})", source=f"align collect {c.env_id}")

@@ -155,7 +155,7 @@ LAYOUTS: dict[str, StateLayout] = {
     "cf2x": StateLayout(
         robot="cf2x", qpos_index=np.arange(cf2x.QPOS_BASE_QUAT.stop),
         qvel_index=np.arange(cf2x.QVEL_BASE_ANGVEL.stop), free_base=True, bodies=(),
-        errors=("position", "attitude"), units=("m", "rad"), cost_weights=(1.0, 0.1)),
+        errors=("position", "attitude"), units=("m", "rad"), cost_weights=(1.0, 0.3)),
     "panda": StateLayout(
         robot="panda", qpos_index=np.arange(panda.QPOS_GRIPPER.stop),
         qvel_index=np.arange(panda.QVEL_GRIPPER.stop), free_base=False,

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from robot_rl.align.config import AlignConfig
-from robot_rl.align.episodes import Segments
+from robot_rl.align.episodes import Episode, Segments
 from robot_rl.align.layout import StateLayout, layout_for
 from robot_rl.sim.base_env import RobotEnv, StateOverride
 from robot_rl.sim.config import Randomization
@@ -32,6 +32,8 @@ DeltaFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 CorrectFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
                      tuple[np.ndarray, np.ndarray]]
 """(qpos_before, qvel_before, actions, qpos_after, qvel_after) -> corrected (qpos_after, qvel_after)."""
+ChooseFn = Callable[[list[RobotEnv], list[int], int], np.ndarray]
+"""(envs, episode indices, step) -> the actions (N, A) to apply at that step of a teacher-forced pass."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Replayer:
             env = gym.make(cfg.env_id, **cfg.env_options).unwrapped
             if not isinstance(env, RobotEnv):
                 raise TypeError(f"env_id: {cfg.env_id} is not a robot_rl env")
-            if env.ROBOT != cfg.robot:
+            if cfg.robot != env.ROBOT:
                 raise ValueError(f"env_id: {cfg.env_id} simulates {env.ROBOT!r}, the config is for {cfg.robot!r}")
             env.compiled_physics = env.compiled_physics and compiled
             self.envs.append(env)
@@ -152,7 +154,7 @@ class Replayer:
         for lo in range(0, n, self.num_envs):
             idx = np.arange(lo, min(n, lo + self.num_envs))
             envs = self.envs[:len(idx)]
-            self.start(envs, [seg.start(self.layout, i) for i in idx], [dyn[i] for i in idx], seed + lo)
+            self.start(envs, [seg.start(self.layout, int(i)) for i in idx], [dyn[i] for i in idx], seed + lo)
             qpos[idx, 0], qvel[idx, 0] = self.measure(envs)
             alive = np.ones(len(idx), dtype=bool)
             for t in range(w + h):
@@ -181,6 +183,44 @@ class Replayer:
             diverged[idx] = ~alive
         bar.close()
         return Rollout(qpos[:, w:], qvel[:, w:], diverged)
+
+    def teacher_forced(self, episodes: Sequence[Episode], choose: ChooseFn, progress: bool = False,
+                       desc: str = "teacher forcing") -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Step along recorded episodes, put back on the recorded state before every step.
+
+        ``choose(envs, episode_indices, t)`` returns the actions to apply at step ``t`` (the recorded ones, or
+        corrected ones found by probing the envs with snapshot/restore). Returns per episode the applied
+        actions (T, A) and the simulator's one-step predictions (T, nq) / (T, nv) of the next recorded state;
+        the actuators' hidden state follows the applied actions, as it followed the commands on the robot.
+        """
+        out = [(np.empty_like(ep.actions), np.empty((len(ep.actions), self.layout.nq)),
+                np.empty((len(ep.actions), self.layout.nv))) for ep in episodes]
+        bar = tqdm(total=sum(len(ep.actions) for ep in episodes), desc=desc, unit="step", disable=not progress,
+                   unit_scale=True, leave=False)
+        lay = self.layout
+        for lo in range(0, len(episodes), self.num_envs):
+            idx = list(range(lo, min(len(episodes), lo + self.num_envs)))
+            envs = self.envs[:len(idx)]
+            self.start(envs, [StateOverride(lay.qpos_index, episodes[i].qpos[0], lay.qvel_index, episodes[i].qvel[0])
+                              for i in idx], [self.nominal] * len(idx), 0)
+            for t in range(max(len(episodes[i].actions) for i in idx)):
+                live = [k for k, i in enumerate(idx) if t < len(episodes[i].actions)]
+                live_envs, live_eps = [envs[k] for k in live], [idx[k] for k in live]
+                if t > 0:
+                    self.set_states(live_envs, np.stack([episodes[i].qpos[t] for i in live_eps]),
+                                    np.stack([episodes[i].qvel[t] for i in live_eps]))
+                actions = np.clip(choose(live_envs, live_eps, t), self.low, self.high)
+                diverged = self.step(live_envs, actions)
+                if np.any(diverged):
+                    bad = [episodes[live_eps[k]].name for k in np.flatnonzero(diverged)]
+                    raise RuntimeError(f"the simulator diverged at step {t} of episode(s) {bad} although it was put "
+                                       f"back on the recorded state; check the recorded states")
+                q, v = self.measure(live_envs)
+                for k, i in enumerate(live_eps):
+                    out[i][0][t], out[i][1][t], out[i][2][t] = actions[k], q[k], v[k]
+                bar.update(len(live))
+        bar.close()
+        return out
 
     def gap(self, seg: Segments, rollout: Rollout) -> Gap:
         """Errors of ``rollout`` against the recorded segments, per segment and step."""

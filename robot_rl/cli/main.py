@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "online": "robot_rl.cli.online",
     "sim": "robot_rl.cli.sim",
     "rl": "robot_rl.cli.rl",
+    "align": "robot_rl.cli.align",
 }
 
 
