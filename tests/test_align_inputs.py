@@ -151,7 +151,7 @@ def test_bad_recordings_are_refused_naming_the_episode(tmp_path: Path) -> None:
 
 def _delta_model(folder: Path, offset: np.ndarray, robot: str = "cf2x", fps: float = 50.0) -> Path:
     lay = LAYOUTS[robot]
-    model = CorrectionMLP(lay.feature_dim + len(offset), len(offset), (8,), squash="tanh")
+    model = CorrectionMLP(lay.feature_dim + 2 * len(offset), len(offset), (8,), squash="tanh")
     with torch.no_grad():
         for p in model.mlp.parameters():
             p.zero_()
@@ -210,6 +210,6 @@ def test_a_diverging_regression_stops_and_says_so() -> None:
     with pytest.raises(FitDiverged, match="diverged and was stopped"):
         fit_regression(model, x, x[:, :1], ModelSettings(epochs=5, learning_rate=1e3), seed=0)
     before = [p.clone() for p in model.parameters()]
-    with pytest.raises(FitDiverged, match="loss became (inf|nan)"):
+    with pytest.raises(FitDiverged, match=r"loss became (inf|nan)"):
         fit_regression(model, x, x[:, :1], ModelSettings(epochs=5, learning_rate=1e20), seed=0)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # left as it was

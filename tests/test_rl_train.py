@@ -21,7 +21,7 @@ from robot_rl.rl.envs import env_spec
 from robot_rl.rl.normalization import RunningNorm
 from robot_rl.rl.ppo import PPOAgent
 from robot_rl.rl.sac import SACAgent
-from robot_rl.rl.train import RLResult, export_policy, make_agent, train_rl
+from robot_rl.rl.train import RLResult, export_policy, make_agent, train_rl, warm_start
 from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,6 +103,34 @@ def test_exported_policy_is_the_trained_actor(algorithm: str, tmp_path: Path) ->
         obs[key] = raw[:, None, start:start + dim]
         start += dim
     np.testing.assert_allclose(policy.predict_chunk(obs)[:, 0], spec.to_env(mean.numpy()), atol=1e-5)
+
+
+def test_a_run_can_start_from_an_exported_policy(tmp_path: Path) -> None:
+    """init_policy (fine-tuning, e.g. in an aligned simulator): the new actor and statistics act exactly as the
+    policy it starts from; a policy of another shape is refused before training."""
+    from robot_rl.core.config import ConfigError
+
+    cfg = hover("num_envs=8")
+    spec = env_spec(cfg)
+    rng = np.random.default_rng(1)
+    norm = RunningNorm(spec.obs_dim, clip=cfg.obs_clip)
+    norm.update(rng.normal([0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0.3, (500, spec.obs_dim)))
+    source = make_agent(cfg, spec, norm, torch.device("cpu"))
+    with torch.no_grad():
+        for p in source.actor.parameters():  # type: ignore[attr-defined]
+            p.add_(torch.randn_like(p) * 0.3)
+    export_policy(source, spec, norm, cfg, version=3).save(tmp_path / "source")
+    fresh_norm = RunningNorm(spec.obs_dim, clip=cfg.obs_clip)
+    fresh = make_agent(cfg, spec, fresh_norm, torch.device("cpu"))
+    warm_start(fresh, fresh_norm, spec, str(tmp_path / "source"))
+    export_policy(fresh, spec, fresh_norm, cfg, version=4).save(tmp_path / "copy")
+    obs = {k: rng.normal(0, 0.5, (16, 1, d)).astype(np.float32) for k, d in zip(spec.keys, spec.dims)}
+    np.testing.assert_allclose(Policy.load(tmp_path / "copy").predict_chunk(obs),
+                               Policy.load(tmp_path / "source").predict_chunk(obs), atol=1e-5)
+    other = hover("num_envs=8", "obs_keys=[position,quat,linvel,angvel,goal_pos]")
+    with pytest.raises(ConfigError, match="init_policy"):
+        warm_start(make_agent(other, env_spec(other), RunningNorm(16), torch.device("cpu")), RunningNorm(16),
+                   env_spec(other), str(tmp_path / "source"))
 
 
 def test_checkpoint_round_trips_through_robot_rl_eval(tmp_path: Path) -> None:

@@ -107,16 +107,24 @@ def _read_network(folder: Path, info: dict[str, Any]) -> CorrectionMLP:
 
 
 class DeltaAction:
-    """A loaded delta-action model as the env's action hook: ``hook(env, action) -> correction``."""
+    """A loaded delta-action model as the env's action hook: ``hook(env, action) -> correction``.
+
+    It remembers the previous action of the episode (the model's second input); at an episode's first step
+    that is the action itself, as in the recorded episodes the model was fitted on.
+    """
 
     def __init__(self, model: CorrectionMLP, robot: str) -> None:
         self.model, self.layout = model, layout_for(robot)
+        self.previous: np.ndarray | None = None
 
     def __call__(self, env: RobotEnv, action: np.ndarray) -> np.ndarray:
-        """The correction for ``env``'s current measured state and ``action`` (env units)."""
+        """The correction for ``env``'s current measured state, ``action`` and the previous one (env units)."""
+        a = np.asarray(action, dtype=np.float64)[None]
+        prev = a if env.elapsed_steps == 0 or self.previous is None else self.previous
+        self.previous = a
         q = env.data.qpos[self.layout.qpos_index]
         v = env.data.qvel[self.layout.qvel_index]
-        return self.model.predict(self.layout.features(q, v), np.asarray(action, dtype=np.float64)[None])[0]
+        return self.model.predict(self.layout.features(q, v), a, prev)[0]
 
 
 def load_delta_action(folder: str | Path, env: RobotEnv) -> DeltaAction:
@@ -125,8 +133,8 @@ def load_delta_action(folder: str | Path, env: RobotEnv) -> DeltaAction:
     assert model is not None
     layout = layout_for(env.ROBOT)
     adim = int(env.action_space.shape[0])
-    if model.in_dim != layout.feature_dim + adim or model.out_dim != adim:
+    if model.in_dim != layout.feature_dim + 2 * adim or model.out_dim != adim:
         raise AlignmentError(f"{Path(folder) / 'alignment.json'}: the network maps {model.in_dim} inputs to "
-                             f"{model.out_dim}; {env.ROBOT} with {adim} actions needs {layout.feature_dim + adim} "
-                             f"-> {adim}")
+                             f"{model.out_dim}; {env.ROBOT} with {adim} actions needs "
+                             f"{layout.feature_dim + 2 * adim} -> {adim}")
     return DeltaAction(model, env.ROBOT)

@@ -99,6 +99,9 @@ class DeltaActionSettings:
     fast alternative. ``ppo``: ASAP's, reinforcement learning on open-loop replays (robot_rl.rl's PPO)."""
     max_delta: float = 0.3
     """Largest correction, as a fraction of each action's range."""
+    dims: list[int] | None = None
+    """Action components the model may correct (others stay as commanded); None: all. ASAP's real G1 model
+    corrects the 4 ankle joints only."""
     fd_step: float = 0.02
     """Finite-difference step, as a fraction of each action's range (``inverse``)."""
     lookahead_s: float = 0.1
@@ -113,6 +116,10 @@ class DeltaActionSettings:
     """Env steps of ``ppo`` (replay steps over all parallel segments)."""
     ppo_envs: int = 64
     """Replays run together by ``ppo``."""
+    ppo_init_std: float = 0.5
+    """``ppo``: initial exploration noise, as a fraction of ``max_delta``."""
+    ppo_gamma: float = 0.95
+    """``ppo``: discount (0.95 looks about 20 steps ahead)."""
     action_penalty: float = 0.1
     """``ppo``: weight of ASAP's minimal-action term exp(|delta|) - 1 (delta normalised by max_delta)."""
 
@@ -125,15 +132,22 @@ class DeltaActionSettings:
 
 @dataclass
 class FinetuneSettings:
-    """``align finetune``: train the task policy in each aligned simulator, then fly it on the real robot."""
+    """``align finetune``: pre-train in the nominal simulator, fine-tune copies in the aligned ones, fly them.
+
+    Every policy is evaluated on the real robot (``collect.env_id`` with ``collect.env_options``).
+    """
 
     rl_config: str = "config/rl/quad_hover.yaml"
-    """The task's RL config (robot_rl.rl.RLConfig); its env is replaced by the aligned simulator."""
+    """The task's RL config (robot_rl.rl.RLConfig): the nominal pre-training run."""
     overrides: list[str] = field(default_factory=list)
-    """``key=value`` overrides of that config (e.g. a shorter time budget)."""
+    """``key=value`` overrides of the pre-training run."""
+    finetune_overrides: list[str] = field(default_factory=lambda: ["time_budget_s=120", "target_success=null"])
+    """``key=value`` overrides of every fine-tuning run (each starts from the pre-trained policy, in threaded
+    envs, the simulator replaced)."""
     methods: list[str] = field(default_factory=lambda: ["nominal", "dr", "sysid", "delta_action"])
-    """Simulators trained in: ``nominal``, ``dr`` (the config's randomisation ranges around nominal),
-    ``sysid`` (identified parameters), ``delta_action`` (sim + pi_delta)."""
+    """Simulators fine-tuned in: ``nominal`` (the same extra training without alignment, for a fair
+    comparison), ``dr`` (randomisation ranges around nominal), ``sysid`` (identified parameters),
+    ``delta_action`` (sim + pi_delta)."""
     dr_randomization: dict[str, Any] = field(default_factory=dict)
     """Randomisation ranges of the ``dr`` run (robot_rl.sim.config.Randomization fields)."""
     eval_episodes: int = 20

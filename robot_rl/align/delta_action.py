@@ -12,7 +12,8 @@ Two ways to fit it, with the same model and the same evaluation:
   corrected commands. pi_delta is then regressed onto (features, a) -> delta*. Cost: (A + 2) simulator steps
   per recorded step, no reinforcement learning.
 * ``ppo``: ASAP's own. Open-loop replays of random training windows are an RL environment whose action is
-  delta a and whose reward tracks the recorded next state (an exponential kernel of the replay cost) minus
+  delta a and whose reward tracks the recorded next state (exponential kernels of the replay cost and of the
+  joint-velocity error, as ASAP's tracking terms) minus
   ASAP's minimal-action term exp(|delta|) - 1; PPO (robot_rl.rl's rsl_rl agent) optimises the multi-step
   replay, so drift over the horizon is penalised directly.
 """
@@ -22,13 +23,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from robot_rl.align.config import DeltaActionSettings
-from robot_rl.align.episodes import Episode, Segments
+from robot_rl.align.episodes import Episode, Segments, previous
 from robot_rl.align.models import CorrectionMLP, FitDiverged, fit_regression
 from robot_rl.align.replay import DeltaFn, Replayer
 from robot_rl.sim.base_env import RobotEnv
@@ -46,6 +48,17 @@ class DeltaActionReport:
     """Simulator (policy) steps spent."""
     detail: dict[str, float]
     """Method-specific numbers (regression losses, mean reward)."""
+
+
+def correction_scale(replayer: Replayer, settings: DeltaActionSettings) -> np.ndarray:
+    """Largest correction per action component, in env units (0 where ``settings.dims`` excludes it)."""
+    span = replayer.high - replayer.low
+    mask = np.zeros(len(span))
+    dims = list(range(len(span))) if settings.dims is None else settings.dims
+    if any(not 0 <= d < len(span) for d in dims):
+        raise ValueError(f"delta_action.dims: {dims} outside the {len(span)} action components")
+    mask[dims] = 1.0
+    return settings.max_delta * span * mask
 
 
 def _state_weights(episodes: Sequence[Episode], k: int) -> np.ndarray:
@@ -67,8 +80,9 @@ def inverse_targets(replayer: Replayer, episodes: Sequence[Episode], settings: D
     look = max(1, round(settings.lookahead_s / replayer.dt))
     w = _state_weights(episodes, look)
     adim = len(span)
+    free = correction_scale(replayer, settings) > 0
     found = [np.zeros_like(ep.actions) for ep in episodes]
-    eye = settings.ridge * np.eye(adim)
+    eye = max(settings.ridge, 1e-9) * np.eye(adim)  # also keeps excluded components (zero columns) at 0
 
     def probe(envs: list[RobotEnv], snaps: list, eps: list[int], t: int, k: int, offset: np.ndarray) -> np.ndarray:
         for env, snap in zip(envs, snaps):
@@ -84,8 +98,8 @@ def inverse_targets(replayer: Replayer, episodes: Sequence[Episode], settings: D
         target = np.stack([np.r_[episodes[i].qpos[t + k], episodes[i].qvel[t + k]] for i in eps])
         snaps = [env.snapshot() for env in envs]
         base = probe(envs, snaps, eps, t, k, np.zeros_like(a))
-        jac = np.empty((len(eps), len(w), adim))
-        for c in range(adim):
+        jac = np.zeros((len(eps), len(w), adim))
+        for c in np.flatnonzero(free):
             sign = np.where(a[:, c] + settings.fd_step * span[c] > replayer.high[c], -1.0, 1.0)
             offset = np.zeros_like(a)
             offset[:, c] = sign * settings.fd_step * span[c]
@@ -103,8 +117,8 @@ def inverse_targets(replayer: Replayer, episodes: Sequence[Episode], settings: D
 
     replayer.teacher_forced(episodes, choose, progress=progress, desc="delta action: per-step inverse")
     lay = replayer.layout
-    x = np.concatenate([np.concatenate([lay.features(ep.qpos[:-1], ep.qvel[:-1]), ep.actions], axis=1)
-                        for ep in episodes])
+    x = np.concatenate([np.concatenate([lay.features(ep.qpos[:-1], ep.qvel[:-1]), ep.actions, previous(ep.actions)],
+                                       axis=1) for ep in episodes])
     return x, np.concatenate(found)
 
 
@@ -115,10 +129,11 @@ def fit_inverse(replayer: Replayer, episodes: Sequence[Episode], settings: Delta
     x, y = inverse_targets(replayer, episodes, settings, progress)
     span = replayer.high - replayer.low
     model = CorrectionMLP(x.shape[1], len(span), settings.model.hidden, squash="tanh")
-    model.set_buffers(out_scale=settings.max_delta * span)
+    model.set_buffers(out_scale=correction_scale(replayer, settings))
     raw = np.clip(y / settings.max_delta, -0.999, 0.999)
     report = fit_regression(model, x, raw, settings.model, seed, device, progress, "delta action: regression")
-    steps = len(x) * (len(span) + 1) * max(1, round(settings.lookahead_s / replayer.dt)) + len(x)
+    probes = int(np.count_nonzero(correction_scale(replayer, settings))) + 1
+    steps = len(x) * probes * max(1, round(settings.lookahead_s / replayer.dt)) + len(x)
     return model.cpu(), DeltaActionReport("inverse", time.perf_counter() - t0, steps, {
         "first_loss": report.first_loss, "final_loss": report.final_loss,
         "mean_abs_delta": float(np.mean(np.abs(y)))})
@@ -136,39 +151,47 @@ def fit_ppo(replayer: Replayer, seg: Segments, settings: DeltaActionSettings, se
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     lay, n = replayer.layout, replayer.num_envs
-    span = replayer.high - replayer.low
-    adim, w, h = len(span), seg.warmup, seg.horizon
+    scale = correction_scale(replayer, settings)
+    adim, w, h = len(scale), seg.warmup, seg.horizon
     envs = replayer.envs
-    ppo = PPOSettings(steps_per_env=h, epochs=5, mini_batches=4, learning_rate=1e-3, gamma=0.95, lam=0.95,
-                      init_std=0.5, hidden=settings.model.hidden, entropy_coef=0.0)
-    obs_dim = lay.feature_dim + adim
+    ppo = PPOSettings(steps_per_env=h, epochs=5, mini_batches=4, learning_rate=1e-3, gamma=settings.ppo_gamma,
+                      lam=0.95, init_std=settings.ppo_init_std, hidden=settings.model.hidden, entropy_coef=0.0)
+    obs_dim = lay.feature_dim + 2 * adim
     norm = RunningNorm(obs_dim)
     agent = PPOAgent(ppo, obs_dim, adim, n, norm, resolve_device(device))
     q_real, v_real = seg.open_loop()
-    # reward scale: the nominal replay's typical per-step cost on these windows
+    # reward scales: the nominal replay's typical per-step cost and velocity error on these windows
     sample = seg.take(rng.choice(len(seg), size=min(len(seg), n), replace=False))
-    sigma = float(np.mean(lay.cost(replayer.gap(sample, replayer.replay(sample)).errors)[:, 1:])) + 1e-9
+    nominal = replayer.replay(sample)
+    sigma = float(np.mean(lay.cost(replayer.gap(sample, nominal).errors)[:, 1:])) + 1e-9
+    sigma_v = float(np.mean(np.abs(nominal.qvel - sample.open_loop()[1])[:, 1:])) + 1e-9
     steps, rewards = 0, []
     bar = tqdm(total=settings.ppo_steps, desc="delta action: PPO", unit="step", disable=not progress, unit_scale=True)
     while steps < settings.ppo_steps:
         pick = rng.choice(len(seg), size=n, replace=len(seg) < n)
         replayer.start(envs, [seg.start(lay, i) for i in pick], [replayer.nominal] * n, int(rng.integers(1 << 30)))
-        for t in range(w):  # warm-up on the recorded states
-            replayer.step(envs, seg.actions[pick, t])
+        current = _export(agent, norm, obs_dim, adim, ppo, scale)
+        for t in range(w):  # warm-up on the recorded states, corrected by the current model as in evaluation
+            a_rec, a_prev = seg.actions[pick, t], seg.actions[pick, max(0, t - 1)]
+            fq, fv = seg.qpos[pick, t], seg.qvel[pick, t]
+            replayer.step(envs, a_rec + current.predict(lay.features(fq, fv), a_rec, a_prev))
             replayer.set_states(envs, seg.qpos[pick, t + 1], seg.qvel[pick, t + 1])
         q, v = replayer.measure(envs)
         for t in range(h):
-            a_rec = seg.actions[pick, w + t]
-            obs = np.concatenate([lay.features(q, v), a_rec], axis=1)
+            a_rec, a_prev = seg.actions[pick, w + t], seg.actions[pick, max(0, w + t - 1)]
+            obs = np.concatenate([lay.features(q, v), a_rec, a_prev], axis=1)
             if steps < settings.ppo_steps // 2:
                 norm.update(obs)
             delta = np.clip(agent.act(obs), -1.0, 1.0)
-            diverged = replayer.step(envs, a_rec + delta * settings.max_delta * span)
+            diverged = replayer.step(envs, a_rec + delta * scale)
             q, v = replayer.measure(envs)
             errors = lay.error(replayer.model, q, v, q_real[pick, t + 1], v_real[pick, t + 1])
             cost = np.where(diverged, 10.0 * sigma, lay.cost(errors))
-            reward = np.exp(-cost / sigma) - settings.action_penalty * (np.exp(np.mean(np.abs(delta), axis=1)) - 1.0)
-            nxt = np.concatenate([lay.features(q, v), seg.actions[pick, w + min(t + 1, h - 1)]], axis=1)
+            vel = np.where(diverged, 10.0 * sigma_v, np.mean(np.abs(v - v_real[pick, t + 1]), axis=1))
+            used = np.abs(delta)[:, scale > 0]
+            reward = (np.exp(-cost / sigma) + 0.5 * np.exp(-vel / sigma_v)
+                      - settings.action_penalty * (np.exp(np.mean(used, axis=1)) - 1.0))
+            nxt = np.concatenate([lay.features(q, v), seg.actions[pick, w + min(t + 1, h - 1)], a_rec], axis=1)
             cut = t == h - 1 or bool(diverged.any())  # a diverged replay ends the whole batch's window
             agent.observe(reward, np.nan_to_num(nxt), diverged, np.full(n, cut) & ~diverged, np.ones(n, dtype=bool))
             rewards.append(float(np.mean(reward)))
@@ -183,12 +206,17 @@ def fit_ppo(replayer: Replayer, seg: Segments, settings: DeltaActionSettings, se
             if cut:
                 break
     bar.close()
-    model = CorrectionMLP(obs_dim, adim, ppo.hidden, squash="clip", activation=ppo.activation)
-    model.mlp.load_state_dict(agent.actor_state())
-    model.set_buffers(in_mean=norm.mean, in_std=norm.std, out_scale=settings.max_delta * span)
-    model.eval()
+    model = _export(agent, norm, obs_dim, adim, ppo, scale)
     return model, DeltaActionReport("ppo", time.perf_counter() - t0, steps, {
         "reward_first": float(np.mean(rewards[:h])), "reward_last": float(np.mean(rewards[-h:]))})
+
+
+def _export(agent: Any, norm: Any, obs_dim: int, adim: int, ppo: Any, scale: np.ndarray) -> CorrectionMLP:
+    """The PPO actor's deterministic mean as a delta-action model (on the CPU)."""
+    model = CorrectionMLP(obs_dim, adim, ppo.hidden, squash="clip", activation=ppo.activation)
+    model.mlp.load_state_dict(agent.actor_state())
+    model.set_buffers(in_mean=norm.mean, in_std=norm.std, out_scale=scale)
+    return model.eval()
 
 
 def delta_fn(model: CorrectionMLP) -> DeltaFn:

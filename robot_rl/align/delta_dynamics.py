@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from robot_rl.align.config import ModelSettings
-from robot_rl.align.episodes import Episode
+from robot_rl.align.episodes import Episode, previous
 from robot_rl.align.models import CorrectionMLP, FitReport, fit_regression
 from robot_rl.align.replay import CorrectFn, Replayer
 
@@ -28,7 +28,7 @@ def transition_residuals(replayer: Replayer, episodes: Sequence[Episode], progre
     lay = replayer.layout
     xs, ys = [], []
     for ep, (actions, q_sim, v_sim) in zip(episodes, passes):
-        xs.append(np.concatenate([lay.features(ep.qpos[:-1], ep.qvel[:-1]), actions], axis=1))
+        xs.append(np.concatenate([lay.features(ep.qpos[:-1], ep.qvel[:-1]), actions, previous(actions)], axis=1))
         ys.append(np.concatenate([ep.qpos[1:] - q_sim, ep.qvel[1:] - v_sim], axis=1))
     return np.concatenate(xs), np.concatenate(ys)
 
@@ -48,9 +48,9 @@ def corrector(model: CorrectionMLP, replayer: Replayer) -> CorrectFn:
     """The replay hook adding the residual to each simulated next state."""
     lay = replayer.layout
 
-    def correct(q0: np.ndarray, v0: np.ndarray, act: np.ndarray, q1: np.ndarray, v1: np.ndarray
+    def correct(q0: np.ndarray, v0: np.ndarray, act: np.ndarray, prev: np.ndarray, q1: np.ndarray, v1: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
-        r = model.predict(lay.features(q0, v0), act)
+        r = model.predict(lay.features(q0, v0), act, prev)
         return q1 + r[:, :lay.nq], v1 + r[:, lay.nq:]
 
     return correct

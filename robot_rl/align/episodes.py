@@ -237,6 +237,11 @@ def segments(episodes: list[Episode], horizon: int, warmup: int = 0) -> Segments
     return Segments(np.stack(qp), np.stack(qv), np.stack(ac), src, warmup)
 
 
+def previous(actions: np.ndarray) -> np.ndarray:
+    """The action before each one (T, A); the first step's is itself (nothing was commanded before)."""
+    return np.concatenate([actions[:1], actions[:-1]])
+
+
 def split(episodes: list[Episode], holdout: int) -> tuple[list[Episode], list[Episode]]:
     """(training episodes, held-out episodes): the last ``holdout`` are held out."""
     if not 1 <= holdout < len(episodes):

@@ -1,9 +1,11 @@
-"""Closed loop: train the task policy in each simulator, then fly each on the real robot without correction.
+"""Closed loop: fine-tune the task policy in each simulator, then fly each on the real robot without correction.
 
-The simulators: nominal, randomised, identified, delta-action aligned; ASAP deploys its fine-tuned policy
-without the delta model the same way.
+The task policy is pre-trained once in the nominal simulator (the task's RL config as shipped), then a copy
+is fine-tuned (robot_rl.rl with ``init_policy``) in each simulator: nominal again (the same extra compute
+without alignment), randomised, identified, delta-action aligned. ASAP deploys its fine-tuned policy without
+the delta model the same way.
 
-Every run uses the task's own RL config (robot_rl.rl, same budget and seed) with only the simulator changed:
+Every fine-tuning run has the same budget and seed, only the simulator changes:
 ``randomization`` (domain randomisation ranges, or the identified parameters collapsed) or ``delta_action``
 (the env adds pi_delta(s, a) to every action). The policies are then evaluated on ``collect.env_id`` with
 ``collect.env_options``: the real robot, or the stand-in that plays it.
@@ -47,26 +49,33 @@ def finetune(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[s
     from robot_rl.rl.train import train_rl
 
     f = cfg.finetune
-    base = load_config(RLConfig, f.rl_config, list(f.overrides))
-    if base.vector in ("batched", "warp"):  # the hand-vectorised twins simulate the nominal robot only
-        base = dataclasses.replace(base, vector="threaded")
-    real = dataclasses.replace(base, env_id=cfg.collect.env_id, env_options=dict(cfg.collect.env_options),
-                               eval_episodes=f.eval_episodes)
+    pre = load_config(RLConfig, f.rl_config, list(f.overrides))
+    real = dataclasses.replace(pre, env_id=cfg.collect.env_id, env_options=dict(cfg.collect.env_options),
+                               vector="threaded", eval_episodes=f.eval_episodes)
     spec = env_spec(real)
-    results: dict[str, Any] = {}
-    for method in f.methods:
-        out = Path(run) / "finetune" / method
-        rl = dataclasses.replace(base, env_options=simulator_options(cfg, run, method, base.env_options))
-        trained = train_rl(rl, out, progress=progress)
-        policy = Policy.load(trained.policy_path)
+    pretrained = Path(run) / "finetune" / "pretrained"
+    if not (pretrained / "summary.json").exists():
+        train_rl(pre, pretrained, progress=progress)
+    tune = load_config(RLConfig, f.rl_config, [*f.overrides, *f.finetune_overrides])
+    if tune.vector in ("batched", "warp"):  # the hand-vectorised twins simulate the nominal robot only
+        tune = dataclasses.replace(tune, vector="threaded")
+    tune = dataclasses.replace(tune, init_policy=str(pretrained / "policy"))
+
+    def fly(policy_path: Path) -> dict[str, Any]:
         env = make_vector(real, f.eval_episodes)
         try:
-            ev = evaluate_policy(policy, env, spec, real.eval_seed, real.error_keys)
+            ev = evaluate_policy(Policy.load(policy_path), env, spec, real.eval_seed, real.error_keys)
         finally:
             env.close()
+        return {k: v for k, v in ev.to_json().items() if not isinstance(v, list)}
+
+    results: dict[str, Any] = {"pretrained": {"real": fly(pretrained / "policy")}}
+    for method in f.methods:
+        rl = dataclasses.replace(tune, env_options=simulator_options(cfg, run, method, tune.env_options))
+        trained = train_rl(rl, Path(run) / "finetune" / method, progress=progress)
         results[method] = {"sim": {k: v for k, v in trained.final.to_json().items() if not isinstance(v, list)},
-                           "real": {k: v for k, v in ev.to_json().items() if not isinstance(v, list)},
-                           "train_seconds": trained.train_seconds, "steps": trained.steps}
+                           "real": fly(trained.policy_path), "train_seconds": trained.train_seconds,
+                           "steps": trained.steps}
     summary = {"robot": cfg.robot, "real_env": cfg.collect.env_id, "rl_config": f.rl_config,
                "episodes": f.eval_episodes, "methods": results}
     (Path(run) / "closed_loop.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
@@ -77,7 +86,7 @@ def format_closed_loop(summary: dict[str, Any]) -> str:
     """Text table: per training simulator, success, crashes and error in the sim and on the real robot."""
     lines = [f"{'trained in':14s}{'sim success':>12s}{'real success':>14s}{'real crash':>12s}{'real error':>12s}"]
     for method, row in summary["methods"].items():
-        sim, real = row["sim"], row["real"]
+        sim, real = row.get("sim", {}), row["real"]
         lines.append(f"{method:14s}{sim.get('success_rate', float('nan')):>12.2f}"
                      f"{real.get('success_rate', float('nan')):>14.2f}{real.get('crash_rate', float('nan')):>12.2f}"
                      f"{real.get('error_mean', float('nan')):>12.4f}")

@@ -71,15 +71,18 @@ class StateLayout:
     def features(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
         """Delta-model inputs (N, F) of states (N, nq) / (N, nv): what the dynamics depend on.
 
-        Free bases drop the x-y position (the dynamics are the same everywhere) and give their velocities in
-        the body frame, as an IMU and a state estimator do; joint states pass unchanged.
+        Free bases keep the height but not the x-y position and give their orientation as the gravity
+        direction in the body frame (ASAP's "projected gravity"), their linear velocity in the body frame:
+        the dynamics are the same at every place and heading, so a correction learnt at one applies at all.
+        Joint states pass unchanged.
         """
         qpos, qvel = np.atleast_2d(qpos), np.atleast_2d(qvel)
         if not self.free_base:
             return np.concatenate([qpos, qvel], axis=1)
         quat = qpos[:, 3:7] / np.linalg.norm(qpos[:, 3:7], axis=1, keepdims=True)
+        gravity = _rotate_inverse(quat, np.broadcast_to([0.0, 0.0, -1.0], (len(quat), 3)))
         lin_body = _rotate_inverse(quat, qvel[:, 0:3])
-        return np.concatenate([qpos[:, 2:3], quat, qpos[:, 7:], lin_body, qvel[:, 3:]], axis=1)
+        return np.concatenate([qpos[:, 2:3], gravity, qpos[:, 7:], lin_body, qvel[:, 3:]], axis=1)
 
     @property
     def feature_dim(self) -> int:
@@ -155,7 +158,7 @@ LAYOUTS: dict[str, StateLayout] = {
     "cf2x": StateLayout(
         robot="cf2x", qpos_index=np.arange(cf2x.QPOS_BASE_QUAT.stop),
         qvel_index=np.arange(cf2x.QVEL_BASE_ANGVEL.stop), free_base=True, bodies=(),
-        errors=("position", "attitude"), units=("m", "rad"), cost_weights=(1.0, 0.3)),
+        errors=("position", "attitude"), units=("m", "rad"), cost_weights=(1.0, 1.0)),
     "panda": StateLayout(
         robot="panda", qpos_index=np.arange(panda.QPOS_GRIPPER.stop),
         qvel_index=np.arange(panda.QVEL_GRIPPER.stop), free_base=False,

@@ -69,9 +69,9 @@ class CorrectionMLP(nn.Module):
         return self.raw(x) * self.out_scale + self.out_offset
 
     @torch.no_grad()
-    def predict(self, features: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """Corrections (N, out_dim) for numpy inputs (N, F) / (N, A), on the module's device."""
-        x = torch.as_tensor(np.concatenate([features, actions], axis=1), dtype=torch.float32,
+    def predict(self, features: np.ndarray, *actions: np.ndarray) -> np.ndarray:
+        """Corrections (N, out_dim) for numpy inputs: features (N, F), then action arrays (N, A) each."""
+        x = torch.as_tensor(np.concatenate([features, *actions], axis=1), dtype=torch.float32,
                             device=self.in_mean.device)
         return self(x).cpu().numpy().astype(np.float64)
 

@@ -146,9 +146,9 @@ def method_rollout(cfg: AlignConfig, run: str | Path, method: str, replayer: Rep
     if method == "delta_dynamics":
         from robot_rl.align.delta_dynamics import corrector
 
-        _check_dims(folder, model.in_dim, lay.feature_dim + len(replayer.low), model.out_dim, lay.nq + lay.nv)
+        _check_dims(folder, model.in_dim, lay.feature_dim + 2 * len(replayer.low), model.out_dim, lay.nq + lay.nv)
         return replayer.replay(seg, correct=corrector(model, replayer))
-    _check_dims(folder, model.in_dim, lay.feature_dim + len(replayer.low), model.out_dim, len(replayer.low))
+    _check_dims(folder, model.in_dim, lay.feature_dim + 2 * len(replayer.low), model.out_dim, len(replayer.low))
     return replayer.replay(seg, delta=model.predict)
 
 

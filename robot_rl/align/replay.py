@@ -27,11 +27,14 @@ from robot_rl.sim.base_env import RobotEnv, StateOverride
 from robot_rl.sim.config import Randomization
 from robot_rl.sim.threaded import PhysicsPool
 
-DeltaFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-"""(features (N, F), actions (N, A)) -> action corrections (N, A), in the env's action units."""
-CorrectFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+DeltaFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""(features (N, F), actions (N, A), previous actions (N, A)) -> action corrections (N, A), in the env's action
+units. The previous action is an input because the real robot's actuators still answer to it (command delay,
+motor lag), as ASAP's delta model sees its history."""
+CorrectFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
                      tuple[np.ndarray, np.ndarray]]
-"""(qpos_before, qvel_before, actions, qpos_after, qvel_after) -> corrected (qpos_after, qvel_after)."""
+"""(qpos_before, qvel_before, actions, previous actions, qpos_after, qvel_after) -> corrected (qpos_after,
+qvel_after)."""
 ChooseFn = Callable[[list[RobotEnv], list[int], int], np.ndarray]
 """(envs, episode indices, step) -> the actions (N, A) to apply at that step of a teacher-forced pass."""
 
@@ -158,10 +161,10 @@ class Replayer:
             qpos[idx, 0], qvel[idx, 0] = self.measure(envs)
             alive = np.ones(len(idx), dtype=bool)
             for t in range(w + h):
-                act = seg.actions[idx, t]
+                act, prev = seg.actions[idx, t], seg.actions[idx, max(0, t - 1)]
                 q0, v0 = qpos[idx, t], qvel[idx, t]
                 if delta is not None:
-                    act = np.clip(act + delta(self.layout.features(q0, v0), act), self.low, self.high)
+                    act = np.clip(act + delta(self.layout.features(q0, v0), act, prev), self.low, self.high)
                 live = np.flatnonzero(alive)
                 div = self.step([envs[k] for k in live], act[live])
                 if t < w:  # warm-up: back onto the recorded state, the hidden actuator state carries on
@@ -170,7 +173,7 @@ class Replayer:
                 else:
                     q1, v1 = self.measure(envs)
                     if correct is not None:
-                        q1, v1 = correct(q0, v0, act, q1, v1)
+                        q1, v1 = correct(q0, v0, act, prev, q1, v1)
                         q1 = self.layout.normalize(q1)
                         ok = alive & np.all(np.isfinite(q1), axis=1) & np.all(np.isfinite(v1), axis=1)
                         div = div | ~ok[live]

@@ -68,6 +68,11 @@ class Normalizer(nn.Module):
         name = _buffer_name(key)
         return getattr(self, f"{name}__scale"), getattr(self, f"{name}__offset")
 
+    def mean_std(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """The (mean, std) that ``normalize`` z-scores ``key`` with (for "meanstd" keys)."""
+        scale, offset = (b.detach().cpu().numpy().astype(np.float64) for b in self._buffers_of(key))
+        return -offset / scale, 1.0 / scale
+
     def normalize(self, key: str, x: torch.Tensor) -> torch.Tensor:
         """Map raw values (..., dim) into the normalised space."""
         scale, offset = self._buffers_of(key)

@@ -61,11 +61,17 @@ class PPOSettings:
     """Hidden layer widths of the actor and the critic."""
     activation: Literal["elu", "relu", "tanh"] = "elu"
     """Non-linearity of both networks."""
+    critic_warmup_updates: int = 0
+    """Updates during which only the value function learns (the actor is put back after each): for a run that
+    starts from a trained policy (``init_policy``), whose first updates would otherwise follow a random critic's
+    advantages and undo what the policy knew."""
 
     def __post_init__(self) -> None:
         for name in ("steps_per_env", "epochs", "mini_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.critic_warmup_updates < 0:
+            raise ValueError(f"critic_warmup_updates: must be >= 0, got {self.critic_warmup_updates}")
         for name in ("learning_rate", "desired_kl", "clip_param", "init_std", "max_grad_norm"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
@@ -166,6 +172,10 @@ class RLConfig:
     obs_norm_until: int | None = None
     """Stop updating the observation statistics after this many env steps (rsl_rl's ``until``), so the
     inputs of a converged policy stop shifting under it; None: update them all run long."""
+    init_policy: str | None = None
+    """Folder of an ``mlp`` policy (a previous run's ``policy``) whose actor weights and observation statistics
+    this run starts from: fine-tuning, e.g. in an aligned simulator (``robot-rl align finetune``). Its
+    observation keys and sizes, action size and hidden layers must match this config (PPO); None: from scratch."""
     obs_clip: float = 10.0
     """Normalised observations are clipped to +-obs_clip (in training and in the exported policy)."""
     eval_episodes: int = 50

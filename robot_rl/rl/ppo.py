@@ -61,6 +61,7 @@ class PPOAgent:
         self.alg.train_mode()
         self._valid = np.ones((settings.steps_per_env, num_envs), dtype=bool)
         self._t = 0
+        self._updates = 0
         self._last: TensorDict | None = None
 
     def _obs(self, flat: np.ndarray) -> TensorDict:
@@ -105,7 +106,12 @@ class PPOAgent:
             invalid = torch.from_numpy(~self._valid).to(self.device)[..., None]
             storage.advantages[invalid] = 0.0
             storage.returns[invalid] = storage.values[invalid]
+        frozen = ({k: v.detach().clone() for k, v in self.actor.state_dict().items()}
+                  if self._updates < self.settings.critic_warmup_updates else None)
         losses = self.alg.update()
+        if frozen is not None:  # value-function warm-up: the actor stays as it started
+            self.actor.load_state_dict(frozen)
+        self._updates += 1
         self._t = 0
         self._valid[:] = True
         std = self.actor.distribution.log_std_param.detach().exp()
@@ -121,6 +127,10 @@ class PPOAgent:
         """The exported policy's settings (the actor's MLP, clipped Gaussian mean)."""
         s = self.settings
         return MLPConfig(hidden=tuple(s.hidden), activation=s.activation, squash="clip", obs_clip=obs_clip)
+
+    def load_actor(self, state: dict[str, torch.Tensor]) -> None:
+        """Start the actor's MLP from ``state`` (named as :meth:`actor_state` returns them)."""
+        self.actor.mlp.load_state_dict(state, strict=True)
 
     def actor_state(self) -> dict[str, torch.Tensor]:
         """The actor MLP's tensors, named as :func:`robot_rl.policies.mlp.build_mlp` names them."""

@@ -108,6 +108,35 @@ def make_agent(cfg: RLConfig, spec: EnvSpec, norm: RunningNorm, device: torch.de
     return SACAgent(cfg.sac, spec.obs_dim, spec.action_dim, cfg.num_envs, norm, device, init, seed=cfg.seed)
 
 
+def warm_start(agent: Agent, norm: RunningNorm, spec: EnvSpec, folder: str) -> None:
+    """Start ``agent``'s actor and ``norm`` from the exported policy in ``folder``; ConfigError when it does not fit."""
+    from robot_rl.policies.base import CheckpointError, Policy
+
+    try:
+        policy = Policy.load(folder)
+    except (CheckpointError, OSError, ValueError) as exc:
+        raise ConfigError(f"init_policy: cannot load {folder} ({exc})") from exc
+    dims = dict(zip(spec.keys, spec.dims))
+    if not isinstance(policy, MLPPolicy) or policy.spec.state_dims != dims or policy.spec.action_dim != spec.action_dim:
+        raise ConfigError(f"init_policy: {folder} is a {policy.name} policy over {policy.spec.state_dims} -> "
+                          f"{policy.spec.action_dim}; this run needs an mlp policy over {dims} -> {spec.action_dim}")
+    load = getattr(agent, "load_actor", None)
+    if load is None:
+        raise ConfigError("init_policy: only PPO runs can start from a policy")
+    try:
+        load(policy.mlp.state_dict())
+    except RuntimeError as exc:
+        raise ConfigError(f"init_policy: {folder}'s network does not fit this config's ({exc})") from exc
+    means, stds = [], []
+    for key in spec.keys:
+        mean, std = policy.normalizer.mean_std(key)
+        means.append(mean)
+        stds.append(std)
+    norm.mean, std = np.concatenate(means), np.concatenate(stds)
+    norm.var = np.maximum(std**2 - norm.eps, 0.0)
+    norm.count = 1e6  # the statistics the actor was trained with; new data moves them slowly
+
+
 def export_policy(agent: Agent, spec: EnvSpec, norm: RunningNorm, cfg: RLConfig, version: int) -> MLPPolicy:
     """The actor as an MLPPolicy with the running observation statistics and the action bounds inside."""
     pspec = PolicySpec(state_dims=dict(zip(spec.keys, spec.dims)), image_shapes={}, action_dim=spec.action_dim,
@@ -177,6 +206,8 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
     (out / "curve.jsonl").unlink(missing_ok=True)
     norm = RunningNorm(spec.obs_dim, clip=cfg.obs_clip)
     agent = make_agent(cfg, spec, norm, device)
+    if cfg.init_policy:
+        warm_start(agent, norm, spec, cfg.init_policy)
     writer = SummaryWriter(str(out / "tensorboard"))
     bar = tqdm(total=cfg.total_steps, desc=f"{cfg.algorithm} {cfg.env_id}", unit="step", disable=not progress,
                dynamic_ncols=True, unit_scale=True)
