@@ -48,6 +48,9 @@ def test_delta_action_closes_most_of_the_gap_on_held_out_motions(
     assert result["delta_action"]["diverged"] == 0
     for name in ("open_loop.png", "overlay.png"):
         assert (folder / name).stat().st_size > 10_000
+    identified = json.loads((folder / "sysid" / "fit.json").read_text())["parameters"]
+    assert abs(identified["mass_scale"] - 1.12) < 0.05 and abs(identified["actuator_gain_scale"] - 0.94) < 0.03
+    assert abs(identified["latency_s"] - 0.004) < 0.0015  # what SysID can express, it recovers
     fitted = json.loads((folder / "delta_action" / "fit.json").read_text())
     assert fitted["fit"] == "ppo" and fitted["reward_last"] > fitted["reward_first"]
     assert any((folder / "tensorboard" / "sysid").iterdir())

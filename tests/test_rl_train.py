@@ -133,6 +133,31 @@ def test_a_run_can_start_from_an_exported_policy(tmp_path: Path) -> None:
                    env_spec(other), str(tmp_path / "source"))
 
 
+def test_critic_warm_up_leaves_the_actor_alone() -> None:
+    cfg = hover("num_envs=8", "ppo.steps_per_env=4", "ppo.critic_warmup_updates=1")
+    spec = env_spec(cfg)
+    norm = RunningNorm(spec.obs_dim)
+    agent = make_agent(cfg, spec, norm, torch.device("cpu"))
+    assert isinstance(agent, PPOAgent)
+    rng = np.random.default_rng(0)
+    actor0 = [p.detach().clone() for p in agent.actor.parameters()]
+    critic0 = [p.detach().clone() for p in agent.critic.parameters()]
+
+    def rollout() -> None:
+        for _ in range(4):
+            obs = rng.normal(size=(8, spec.obs_dim)).astype(np.float32)
+            agent.act(obs)
+            agent.observe(rng.normal(size=8), obs, np.zeros(8, bool), np.zeros(8, bool), np.ones(8, bool))
+
+    rollout()
+    agent.update()
+    assert all(torch.equal(a, b) for a, b in zip(actor0, agent.actor.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(critic0, agent.critic.parameters()))
+    rollout()
+    agent.update()  # past the warm-up: the actor learns too
+    assert not all(torch.equal(a, b) for a, b in zip(actor0, agent.actor.parameters()))
+
+
 def test_checkpoint_round_trips_through_robot_rl_eval(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = train_rl(hover("total_steps=20000", "eval_every_steps=10000", "num_envs=64", "eval_episodes=4",

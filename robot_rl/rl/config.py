@@ -175,7 +175,8 @@ class RLConfig:
     init_policy: str | None = None
     """Folder of an ``mlp`` policy (a previous run's ``policy``) whose actor weights and observation statistics
     this run starts from: fine-tuning, e.g. in an aligned simulator (``robot-rl align finetune``). Its
-    observation keys and sizes, action size and hidden layers must match this config (PPO); None: from scratch."""
+    observation keys and sizes, action size and hidden layers must match this config (PPO); its observation
+    statistics stay frozen (the actor was trained on them). None: from scratch."""
     obs_clip: float = 10.0
     """Normalised observations are clipped to +-obs_clip (in training and in the exported policy)."""
     eval_episodes: int = 50

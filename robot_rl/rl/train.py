@@ -134,7 +134,7 @@ def warm_start(agent: Agent, norm: RunningNorm, spec: EnvSpec, folder: str) -> N
         stds.append(std)
     norm.mean, std = np.concatenate(means), np.concatenate(stds)
     norm.var = np.maximum(std**2 - norm.eps, 0.0)
-    norm.count = 1e6  # the statistics the actor was trained with; new data moves them slowly
+    norm.count = 1e6
 
 
 def export_policy(agent: Agent, spec: EnvSpec, norm: RunningNorm, cfg: RLConfig, version: int) -> MLPPolicy:
@@ -234,7 +234,9 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
     try:
         raw, _ = env.reset(seed=cfg.seed)
         obs = spec.flatten(raw)
-        norm.update(obs)
+        frozen_norm = bool(cfg.init_policy)  # the actor was trained on these statistics: moving them moves it
+        if not frozen_norm:
+            norm.update(obs)
         restarting = np.zeros(cfg.num_envs, dtype=bool)
         while steps < cfg.total_steps:
             if cfg.time_budget_s is not None and time.perf_counter() - t0 >= cfg.time_budget_s:
@@ -255,7 +257,7 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
             shaped = (reward - cfg.termination_penalty * terminated) * cfg.reward_scale
             agent.observe(shaped, nxt, terminated, truncated, ~restarting)
             restarting = terminated | truncated
-            if cfg.obs_norm_until is None or steps < cfg.obs_norm_until:
+            if not frozen_norm and (cfg.obs_norm_until is None or steps < cfg.obs_norm_until):
                 norm.update(nxt)
             obs = nxt
             steps += cfg.num_envs
