@@ -17,31 +17,34 @@ REAL_ROBOT = {  # heavier, weaker, slower motors, a delay, two mismatched rotors
     "action_noise_std": 0.005}
 
 
+def align(action: str, config: Path, folder: Path, *extra: str) -> int:
+    return main(["align", action, "--config", str(config), "--run", str(folder), "--no-progress", *extra])
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """Collect, gap, fit all methods, evaluate: (config, run folder, the nominal gap)."""
     folder = tmp_path_factory.mktemp("align_quad")
     cfg = yaml.safe_load(Path("config/align/quad.yaml").read_text())
     cfg["collect"].update(env_id="robot_rl/QuadHover-v0", env_options={"randomization": REAL_ROBOT})
-    path = folder / "quad.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    assert main(["align", "collect", "--config", str(path), "--run", str(folder), "--no-progress"]) == 0
-    return path, folder
+    config = folder / "quad.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    assert align("collect", config, folder) == 0
+    assert align("gap", config, folder) == 0
+    gap = json.loads((folder / "open_loop.json").read_text())["methods"]["nominal"]
+    assert align("fit", config, folder) == 0
+    assert align("eval", config, folder) == 0
+    return config, folder, gap
 
 
 @pytest.mark.slow
-def test_delta_action_closes_most_of_the_gap_on_held_out_motions(
-        run: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    config, folder = run
-    assert main(["align", "gap", "--config", str(config), "--run", str(folder), "--no-progress"]) == 0
-    gap = json.loads((folder / "open_loop.json").read_text())["methods"]["nominal"]
+def test_delta_action_closes_most_of_the_gap_on_held_out_motions(fitted: tuple[Path, Path, dict]) -> None:
+    _, folder, gap = fitted
     assert gap["position"]["at_end"] > 0.3  # the nominal sim drifts far from the recorded motions in 1 s
-    assert main(["align", "fit", "--config", str(config), "--run", str(folder), "--no-progress"]) == 0
-    assert main(["align", "eval", "--config", str(config), "--run", str(folder), "--no-progress"]) == 0
-    table = capsys.readouterr().out
     result = json.loads((folder / "open_loop.json").read_text())["methods"]
+    table = json.dumps({m: {e: round(r[e]["at_end"], 4) for e in ("position", "attitude")} for m, r in result.items()})
     mean = {m: r["position"]["mean"] for m, r in result.items()}
     end = {m: r["position"]["at_end"] for m, r in result.items()}
-    print(table)
     assert set(mean) == {"nominal", "dr", "sysid", "delta_dynamics", "delta_action"}
     assert mean["delta_action"] <= 0.5 * mean["nominal"], table  # ASAP's claim: at least halves the gap
     assert end["delta_action"] < end["sysid"] and end["delta_action"] < end["dr"], table
@@ -51,6 +54,31 @@ def test_delta_action_closes_most_of_the_gap_on_held_out_motions(
     identified = json.loads((folder / "sysid" / "fit.json").read_text())["parameters"]
     assert abs(identified["mass_scale"] - 1.12) < 0.05 and abs(identified["actuator_gain_scale"] - 0.94) < 0.03
     assert abs(identified["latency_s"] - 0.004) < 0.0015  # what SysID can express, it recovers
-    fitted = json.loads((folder / "delta_action" / "fit.json").read_text())
-    assert fitted["fit"] == "ppo" and fitted["reward_last"] > fitted["reward_first"]
+    fitted_da = json.loads((folder / "delta_action" / "fit.json").read_text())
+    assert fitted_da["fit"] == "ppo" and fitted_da["reward_last"] > fitted_da["reward_first"]
     assert any((folder / "tensorboard" / "sysid").iterdir())
+
+
+@pytest.mark.slow
+def test_finetune_trains_in_each_aligned_simulator_and_flies_on_the_real_robot(
+        fitted: tuple[Path, Path, dict]) -> None:
+    """The closed-loop plumbing with small budgets: one pre-training, one fine-tune per simulator (each in the
+    simulator it names), every policy flown on the real robot. Budgets too small to compare the methods."""
+    config, folder, _ = fitted
+    budget = ["--set", "finetune.overrides=[time_budget_s=15,eval_episodes=4,eval_every_steps=20000]",
+              "--set", "finetune.finetune_overrides=[time_budget_s=8,num_envs=16,eval_episodes=4,"
+              "eval_every_steps=4000,ppo.critic_warmup_updates=1]",
+              "--set", "finetune.eval_episodes=4", "--set", "finetune.methods=[nominal,sysid,delta_action]"]
+    assert align("finetune", config, folder, *budget) == 0
+    summary = json.loads((folder / "closed_loop.json").read_text())
+    assert list(summary["methods"]) == ["pretrained", "nominal", "sysid", "delta_action"]
+    for row in summary["methods"].values():
+        assert row["real"]["length_mean"] > 0 and 0.0 <= row["real"]["error_mean"] < 3.0
+    runs = folder / "finetune"
+    options = {m: yaml.safe_load((runs / m / "rl_config.yaml").read_text())
+               for m in ("nominal", "sysid", "delta_action")}
+    assert all(o["init_policy"] == str(runs / "pretrained" / "policy") for o in options.values())
+    assert "delta_action" not in options["nominal"]["env_options"]
+    assert Path(options["delta_action"]["env_options"]["delta_action"]) == (folder / "delta_action").resolve()
+    assert options["sysid"]["env_options"]["randomization"]["mass_scale"][0] == pytest.approx(
+        json.loads((folder / "sysid" / "fit.json").read_text())["parameters"]["mass_scale"])
