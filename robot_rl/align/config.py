@@ -15,7 +15,7 @@ SYSID_PARAMETERS = ("mass_scale", "friction_scale", "damping_scale", "actuator_g
 
 @dataclass
 class CollectSettings:
-    """How ``align collect`` drives "the real robot" (a stand-in env here, the robot itself with recorder_node)."""
+    """How ``align collect`` drives "the real robot" (a stand-in env here)."""
 
     env_id: str = "robot_rl/QuadHover-RealStandIn-v0"
     """The env that plays the real robot."""

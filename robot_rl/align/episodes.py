@@ -4,7 +4,7 @@ An alignment episode is an ordinary episode of the store (:mod:`robot_rl.data.st
 carry the robot's measured state as ``qpos`` / ``qvel`` (:mod:`robot_rl.align.layout`) and whose ``action``
 column holds the actions the robot really applied. In simulation :class:`MeasuredState` adds the two keys
 to a stand-in env's observation and :func:`collect` records through the same recorder as demonstrations;
-on hardware ``recorder_node`` records the same keys. The alignment code reads only these episodes, never
+a robot's own logs must provide the same keys. The alignment code reads only these episodes, never
 a stand-in's parameters.
 """
 

@@ -2,7 +2,7 @@
 
 Run folder layout::
 
-    <run>/episodes.zarr            recorded motions (align collect, or recorder_node on the robot)
+    <run>/episodes.zarr            recorded motions (align collect, or the robot's own log with the same keys)
     <run>/<method>/alignment.json  each fitted method (+ model.safetensors for the learnt ones)
     <run>/open_loop.json, .png     per-horizon errors of every method on the held-out motions
     <run>/overlay.png              one held-out motion: recorded vs replayed trajectories

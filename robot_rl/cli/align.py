@@ -6,8 +6,8 @@
     robot-rl align eval    --config config/align/quad.yaml --run runs/align_quad   # open-loop table + plots
     robot-rl align finetune --config config/align/quad.yaml --run runs/align_quad  # closed loop on the robot
 
-On hardware, record the motions with recorder_node (observation keys ``qpos``/``qvel``: the measured joint
-state; ``action``: the applied commands) into <run>/episodes.zarr and start at ``gap``.
+On hardware, put the robot's motions into <run>/episodes.zarr (observation keys ``qpos``/``qvel``: the
+measured joint state; ``action``: the applied commands) and start at ``gap``.
 """
 
 from __future__ import annotations
