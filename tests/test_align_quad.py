@@ -63,11 +63,13 @@ def test_delta_action_closes_most_of_the_gap_on_held_out_motions(fitted: tuple[P
 def test_finetune_trains_in_each_aligned_simulator_and_flies_on_the_real_robot(
         fitted: tuple[Path, Path, dict]) -> None:
     """The closed-loop plumbing with small budgets: one pre-training, one fine-tune per simulator (each in the
-    simulator it names), every policy flown on the real robot. Budgets too small to compare the methods."""
+    simulator it names), every policy flown on the real robot. Budgets too small to compare the methods; they
+    count env steps, not seconds, so the outcome does not depend on the machine's load."""
     config, folder, _ = fitted
-    budget = ["--set", "finetune.overrides=[time_budget_s=15,eval_episodes=4,eval_every_steps=20000]",
-              "--set", "finetune.finetune_overrides=[time_budget_s=8,num_envs=16,eval_episodes=4,"
-              "eval_every_steps=4000,ppo.critic_warmup_updates=1]",
+    budget = ["--set", "finetune.overrides=[time_budget_s=null,target_success=null,total_steps=400000,"
+              "eval_episodes=4,eval_every_steps=200000]",
+              "--set", "finetune.finetune_overrides=[time_budget_s=null,total_steps=4096,num_envs=16,eval_episodes=4,"
+              "eval_every_steps=4096,ppo.critic_warmup_updates=1]",
               "--set", "finetune.eval_episodes=4", "--set", "finetune.methods=[nominal,sysid,delta_action]"]
     assert align("finetune", config, folder, *budget) == 0
     summary = json.loads((folder / "closed_loop.json").read_text())
