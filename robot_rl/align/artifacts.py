@@ -20,6 +20,8 @@ from safetensors.torch import load_file, save_file
 from robot_rl.align.episodes import AlignmentError
 from robot_rl.align.layout import layout_for
 from robot_rl.align.models import CorrectionMLP
+from robot_rl.core.config import load_config
+from robot_rl.sim.config import Randomization
 
 if TYPE_CHECKING:
     from robot_rl.sim.base_env import RobotEnv
@@ -106,6 +108,22 @@ def _read_network(folder: Path, info: dict[str, Any]) -> CorrectionMLP:
     return model
 
 
+def check_network(folder: str | Path, model: CorrectionMLP, in_dim: int, out_dim: int) -> None:
+    """AlignmentError unless ``model`` maps ``in_dim`` inputs to ``out_dim`` outputs (what the simulator needs)."""
+    if (model.in_dim, model.out_dim) != (in_dim, out_dim):
+        raise AlignmentError(f"{Path(folder) / 'alignment.json'}: the network maps {model.in_dim} -> {model.out_dim} "
+                             f"values, this simulator needs {in_dim} -> {out_dim}")
+
+
+def read_sysid(folder: str | Path, robot: str, fps: float | None = None) -> Randomization:
+    """The identified dynamics of a ``sysid`` artefact, checked."""
+    info, _ = read_artifact(folder, "sysid", robot=robot, fps=fps)
+    try:
+        return load_config(Randomization, info["randomization"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise AlignmentError(f"{Path(folder) / 'alignment.json'}: field 'randomization' is malformed ({exc})") from exc
+
+
 class DeltaAction:
     """A loaded delta-action model as the env's action hook: ``hook(env, action) -> correction``.
 
@@ -131,10 +149,6 @@ def load_delta_action(folder: str | Path, env: RobotEnv) -> DeltaAction:
     """The delta-action model in ``folder``, checked against ``env`` (robot, rate, state and action sizes)."""
     _, model = read_artifact(folder, "delta_action", robot=env.ROBOT, fps=float(env.config.policy_hz))
     assert model is not None
-    layout = layout_for(env.ROBOT)
     adim = int(env.action_space.shape[0])
-    if model.in_dim != layout.feature_dim + 2 * adim or model.out_dim != adim:
-        raise AlignmentError(f"{Path(folder) / 'alignment.json'}: the network maps {model.in_dim} inputs to "
-                             f"{model.out_dim}; {env.ROBOT} with {adim} actions needs "
-                             f"{layout.feature_dim + 2 * adim} -> {adim}")
+    check_network(folder, model, layout_for(env.ROBOT).feature_dim + 2 * adim, adim)
     return DeltaAction(model, env.ROBOT)

@@ -169,13 +169,8 @@ def fit_ppo(replayer: Replayer, seg: Segments, settings: DeltaActionSettings, se
     bar = tqdm(total=settings.ppo_steps, desc="delta action: PPO", unit="step", disable=not progress, unit_scale=True)
     while steps < settings.ppo_steps:
         pick = rng.choice(len(seg), size=n, replace=len(seg) < n)
-        replayer.start(envs, [seg.start(lay, i) for i in pick], [replayer.nominal] * n, int(rng.integers(1 << 30)))
-        current = _export(agent, norm, obs_dim, adim, ppo, scale)
-        for t in range(w):  # warm-up on the recorded states, corrected by the current model as in evaluation
-            a_rec, a_prev = seg.actions[pick, t], seg.actions[pick, max(0, t - 1)]
-            fq, fv = seg.qpos[pick, t], seg.qvel[pick, t]
-            replayer.step(envs, a_rec + current.predict(lay.features(fq, fv), a_rec, a_prev))
-            replayer.set_states(envs, seg.qpos[pick, t + 1], seg.qvel[pick, t + 1])
+        current = _export(agent, norm, obs_dim, adim, ppo, scale)  # the lead-in is corrected as in evaluation
+        replayer.begin(envs, seg, pick, [replayer.nominal] * n, int(rng.integers(1 << 30)), current.predict)
         q, v = replayer.measure(envs)
         for t in range(h):
             a_rec, a_prev = seg.actions[pick, w + t], seg.actions[pick, max(0, w + t - 1)]

@@ -22,6 +22,7 @@ from robot_rl.align.layout import StateLayout, layout_for
 from robot_rl.core import FieldSpec
 from robot_rl.data.schema import DatasetError
 from robot_rl.data.store import EpisodeStore
+from robot_rl.runtime.episode import act, reset_agent
 from robot_rl.sim.base_env import RobotEnv, StateOverride
 
 
@@ -59,14 +60,13 @@ class ExcitedDriver:
 
     def reset(self, seed: int | None = None) -> None:
         """Reset the agent (and re-seed the excitation) for a new episode."""
-        if hasattr(self.agent, "reset"):
-            self.agent.reset()
+        reset_agent(self.agent, seed)
         if seed is not None:
             self.rng = np.random.default_rng(seed + 7_919)
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """The agent's action plus excitation, clipped to the space."""
-        action = np.asarray(self.agent.act(obs) if hasattr(self.agent, "act") else self.agent(obs), dtype=np.float64)
+        action = act(self.agent, obs).astype(np.float64)
         span = self.space.high - self.space.low
         noisy = action + self.rng.normal(0.0, self.excitation, action.shape) * span
         return np.clip(noisy, self.space.low, self.space.high).astype(np.float32)

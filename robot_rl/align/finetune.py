@@ -18,10 +18,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from robot_rl.align.artifacts import read_artifact
+from robot_rl.align.artifacts import read_artifact, read_sysid
 from robot_rl.align.config import AlignConfig
 from robot_rl.align.episodes import AlignmentError
-from robot_rl.core.config import load_config
+from robot_rl.core.config import config_to_dict, load_config
 
 
 def simulator_options(cfg: AlignConfig, run: str | Path, method: str, base: dict[str, Any]) -> dict[str, Any]:
@@ -30,8 +30,7 @@ def simulator_options(cfg: AlignConfig, run: str | Path, method: str, base: dict
     if method == "dr":
         opts["randomization"] = dict(cfg.finetune.dr_randomization or cfg.dr)
     elif method == "sysid":
-        info, _ = read_artifact(Path(run) / "sysid", "sysid", robot=cfg.robot)
-        opts["randomization"] = info["randomization"]
+        opts["randomization"] = config_to_dict(read_sysid(Path(run) / "sysid", cfg.robot))
     elif method == "delta_action":
         read_artifact(Path(run) / "delta_action", "delta_action", robot=cfg.robot)  # checked now, loaded by each env
         opts["delta_action"] = str((Path(run) / "delta_action").resolve())

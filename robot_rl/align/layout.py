@@ -13,6 +13,7 @@ so a correction learnt in one place applies everywhere.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -110,10 +111,16 @@ class StateLayout:
         return qpos
 
 
+@functools.lru_cache(maxsize=4)
+def _scratch_data(model: mujoco.MjModel) -> mujoco.MjData:
+    """One kinematics scratch MjData per model (errors are computed every replay step; allocating it is not free)."""
+    return mujoco.MjData(model)
+
+
 def _body_positions(layout: StateLayout, model: mujoco.MjModel, qpos: np.ndarray) -> np.ndarray:
     """World positions (..., B, 3) of ``layout.bodies`` for robot states ``qpos`` (forward kinematics)."""
     flat = qpos.reshape(-1, qpos.shape[-1])
-    data = mujoco.MjData(model)
+    data = _scratch_data(model)
     ids = [model.body(b).id for b in layout.bodies]
     out = np.empty((len(flat), len(ids), 3))
     for i, q in enumerate(flat):

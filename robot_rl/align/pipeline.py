@@ -134,28 +134,18 @@ def method_rollout(cfg: AlignConfig, run: str | Path, method: str, replayer: Rep
         dr = load_config(Randomization, cfg.dr)
         return replayer.replay(seg, [dr] * len(seg), seed=cfg.seed)
     folder = Path(run) / method
-    info, model = artifacts.read_artifact(folder, method, robot=cfg.robot, fps=fps)
     if method == "sysid":
-        try:
-            dyn = load_config(Randomization, info["randomization"])
-        except (KeyError, ValueError, TypeError) as exc:
-            raise AlignmentError(f"{folder / 'alignment.json'}: field 'randomization' is malformed ({exc})") from exc
-        return replayer.replay(seg, dyn)
+        return replayer.replay(seg, artifacts.read_sysid(folder, cfg.robot, fps))
+    _, model = artifacts.read_artifact(folder, method, robot=cfg.robot, fps=fps)
     assert model is not None
-    lay = replayer.layout
+    lay, adim = replayer.layout, len(replayer.low)
     if method == "delta_dynamics":
         from robot_rl.align.delta_dynamics import corrector
 
-        _check_dims(folder, model.in_dim, lay.feature_dim + 2 * len(replayer.low), model.out_dim, lay.nq + lay.nv)
+        artifacts.check_network(folder, model, lay.feature_dim + 2 * adim, lay.nq + lay.nv)
         return replayer.replay(seg, correct=corrector(model, replayer))
-    _check_dims(folder, model.in_dim, lay.feature_dim + 2 * len(replayer.low), model.out_dim, len(replayer.low))
+    artifacts.check_network(folder, model, lay.feature_dim + 2 * adim, adim)
     return replayer.replay(seg, delta=model.predict)
-
-
-def _check_dims(folder: Path, in_dim: int, want_in: int, out_dim: int, want_out: int) -> None:
-    if (in_dim, out_dim) != (want_in, want_out):
-        raise AlignmentError(f"{folder / 'alignment.json'}: the network maps {in_dim} -> {out_dim} values, this "
-                             f"simulator needs {want_in} -> {want_out}")
 
 
 def evaluate_open_loop(cfg: AlignConfig, run: str | Path, methods: tuple[str, ...] = OPEN_LOOP_METHODS,

@@ -132,6 +132,32 @@ class Replayer:
         results = self.pool.step(list(envs), np.clip(actions, self.low, self.high))
         return np.array([bool(r[3]) and r[4].get("truncation_reason", "") != "time_limit" for r in results])
 
+    def corrected(self, actions: np.ndarray, previous: np.ndarray, qpos: np.ndarray, qvel: np.ndarray,
+                  delta: DeltaFn | None) -> np.ndarray:
+        """``actions`` plus ``delta``'s correction for the states (qpos, qvel), clipped to the action space."""
+        if delta is None:
+            return actions
+        return np.clip(actions + delta(self.layout.features(qpos, qvel), actions, previous), self.low, self.high)
+
+    def begin(self, envs: Sequence[RobotEnv], seg: Segments, idx: np.ndarray, dynamics: Sequence[Randomization],
+              seed: int, delta: DeltaFn | None = None) -> np.ndarray:
+        """Start ``envs`` on windows ``idx`` and run their teacher-forced lead-in; returns which diverged in it.
+
+        The lead-in drives the recorded actions (corrected by ``delta``, as the open-loop part will be) and puts
+        each env back on the recorded state after every step, so the hidden actuator state follows the
+        recorded command history. On return the live envs stand on the recorded state at the open-loop start.
+        """
+        self.start(envs, [seg.start(self.layout, int(i)) for i in idx], dynamics, seed)
+        diverged = np.zeros(len(idx), dtype=bool)
+        for t in range(seg.warmup):
+            act = self.corrected(seg.actions[idx, t], seg.actions[idx, max(0, t - 1)], seg.qpos[idx, t],
+                                 seg.qvel[idx, t], delta)
+            live = [int(k) for k in np.flatnonzero(~diverged)]
+            diverged[np.asarray(live)[self.step([envs[k] for k in live], act[live])]] = True
+            live = [int(k) for k in np.flatnonzero(~diverged)]
+            self.set_states([envs[k] for k in live], seg.qpos[idx, t + 1][live], seg.qvel[idx, t + 1][live])
+        return diverged
+
     def set_states(self, envs: Sequence[RobotEnv], qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Move each env to the given layout state (controllers keep theirs)."""
         lay = self.layout
@@ -150,42 +176,36 @@ class Replayer:
         dyn = [dynamics or self.nominal] * n if not isinstance(dynamics, Sequence) else list(dynamics)
         if len(dyn) != n:
             raise ValueError(f"dynamics: {len(dyn)} sets for {n} segments")
-        qpos = np.empty((n, w + h + 1, self.layout.nq))
-        qvel = np.empty((n, w + h + 1, self.layout.nv))
+        qpos = np.empty((n, h + 1, self.layout.nq))
+        qvel = np.empty((n, h + 1, self.layout.nv))
         diverged = np.zeros(n, dtype=bool)
         bar = tqdm(total=n * (w + h), desc=desc, unit="step", disable=not progress, unit_scale=True, leave=False)
         for lo in range(0, n, self.num_envs):
             idx = np.arange(lo, min(n, lo + self.num_envs))
             envs = self.envs[:len(idx)]
-            self.start(envs, [seg.start(self.layout, int(i)) for i in idx], [dyn[i] for i in idx], seed + lo)
-            qpos[idx, 0], qvel[idx, 0] = self.measure(envs)
-            alive = np.ones(len(idx), dtype=bool)
-            for t in range(w + h):
-                act, prev = seg.actions[idx, t], seg.actions[idx, max(0, t - 1)]
+            alive = ~self.begin(envs, seg, idx, [dyn[i] for i in idx], seed + lo, delta)
+            bar.update(len(idx) * w)
+            qpos[idx, 0], qvel[idx, 0] = seg.qpos[idx, w], seg.qvel[idx, w]
+            for t in range(h):
+                act, prev = seg.actions[idx, w + t], seg.actions[idx, max(0, w + t - 1)]
                 q0, v0 = qpos[idx, t], qvel[idx, t]
-                if delta is not None:
-                    act = np.clip(act + delta(self.layout.features(q0, v0), act, prev), self.low, self.high)
+                act = self.corrected(act, prev, q0, v0, delta)
                 live = np.flatnonzero(alive)
                 div = self.step([envs[k] for k in live], act[live])
-                if t < w:  # warm-up: back onto the recorded state, the hidden actuator state carries on
-                    q1, v1 = seg.qpos[idx, t + 1], seg.qvel[idx, t + 1]
-                    self.set_states([envs[k] for k in live], q1[live], v1[live])
-                else:
-                    q1, v1 = self.measure(envs)
-                    if correct is not None:
-                        q1, v1 = correct(q0, v0, act, prev, q1, v1)
-                        q1 = self.layout.normalize(q1)
-                        ok = alive & np.all(np.isfinite(q1), axis=1) & np.all(np.isfinite(v1), axis=1)
-                        div = div | ~ok[live]
-                        self.set_states([envs[k] for k in np.flatnonzero(ok)], q1[ok], v1[ok])
+                q1, v1 = self.measure(envs)
+                if correct is not None:
+                    q1, v1 = correct(q0, v0, act, prev, q1, v1)
+                    q1 = self.layout.normalize(q1)
+                    ok = alive & np.all(np.isfinite(q1), axis=1) & np.all(np.isfinite(v1), axis=1)
+                    div = div | ~ok[live]
+                    self.set_states([envs[k] for k in np.flatnonzero(ok)], q1[ok], v1[ok])
                 alive[live[div]] = False
-                q1, v1 = np.array(q1), np.array(v1)
                 q1[~alive], v1[~alive] = q0[~alive], v0[~alive]
                 qpos[idx, t + 1], qvel[idx, t + 1] = q1, v1
                 bar.update(len(idx))
             diverged[idx] = ~alive
         bar.close()
-        return Rollout(qpos[:, w:], qvel[:, w:], diverged)
+        return Rollout(qpos, qvel, diverged)
 
     def teacher_forced(self, episodes: Sequence[Episode], choose: ChooseFn, progress: bool = False,
                        desc: str = "teacher forcing") -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

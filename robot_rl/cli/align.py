@@ -59,11 +59,10 @@ def run(args: argparse.Namespace) -> int:
             path = collect(cfg, episodes_path(run_dir), progress)
             print(f"recorded {cfg.collect.episodes} episodes on {cfg.collect.env_id} into {path}")
         elif args.action in ("gap", "eval"):
-            from robot_rl.align.pipeline import evaluate_open_loop, format_table
+            from robot_rl.align.pipeline import OPEN_LOOP_METHODS, evaluate_open_loop, format_table
 
-            methods = ("nominal",) if args.action == "gap" else None
-            result = evaluate_open_loop(cfg, run_dir, methods, progress) if methods else \
-                evaluate_open_loop(cfg, run_dir, progress=progress)
+            methods = ("nominal",) if args.action == "gap" else OPEN_LOOP_METHODS
+            result = evaluate_open_loop(cfg, run_dir, methods, progress)
             print(format_table(result))
             print(f"plots: {run_dir / 'open_loop.png'}, {run_dir / 'overlay.png'}")
         elif args.action == "fit":

@@ -134,7 +134,6 @@ def warm_start(agent: Agent, norm: RunningNorm, spec: EnvSpec, folder: str) -> N
         stds.append(std)
     norm.mean, std = np.concatenate(means), np.concatenate(stds)
     norm.var = np.maximum(std**2 - norm.eps, 0.0)
-    norm.count = 1e6
 
 
 def export_policy(agent: Agent, spec: EnvSpec, norm: RunningNorm, cfg: RLConfig, version: int) -> MLPPolicy:

@@ -118,9 +118,7 @@ class RobotEnv(gym.Env):
         self.randomizer = ModelRandomizer(self.model, self.actuators)
         self.dynamics: Randomization = (
             stand_in(self.ROBOT, self.config.stand_in) if self.config.stand_in else self.config.randomization)
-        if self.dynamics.actuator_gains and len(self.dynamics.actuator_gains) != len(self.actuators):
-            raise SpecError(f"randomization.actuator_gains: {len(self.dynamics.actuator_gains)} factors, "
-                            f"{self.ROBOT} has {len(self.actuators)} controlled actuators")
+        self.randomizer.check(self.dynamics)  # at construction, not at the first reset
         lo, hi = self.model.actuator_ctrlrange[self.actuators].T
         self.pipeline = ActuatorPipeline(len(self.actuators), lo, hi, self.backend.timestep)
         for cam in self.config.cameras:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
+from robot_rl.core import SpecError
 from robot_rl.sim.config import Randomization
 
 
@@ -32,17 +33,21 @@ class ModelRandomizer:
         self.gain = model.actuator_gainprm[:, 0].copy()
         self.bias = model.actuator_biasprm[:, :3].copy()
 
+    def check(self, cfg: Randomization) -> None:
+        """SpecError when ``cfg`` does not fit this model (per-actuator gains for another number of actuators)."""
+        if cfg.actuator_gains and len(cfg.actuator_gains) != len(self.actuators):
+            raise SpecError(f"randomization.actuator_gains: {len(cfg.actuator_gains)} factors, the robot has "
+                            f"{len(self.actuators)} controlled actuators")
+
     def apply(self, cfg: Randomization, rng: np.random.Generator) -> dict[str, float]:
         """Sample and write one perturbation; return the sampled scalars (for logging, not observations)."""
         m = self.model
         mass = float(_uniform(rng, cfg.mass_scale))
         friction = float(_uniform(rng, cfg.friction_scale))
         damping = float(_uniform(rng, cfg.damping_scale))
+        self.check(cfg)
         gains = np.atleast_1d(_uniform(rng, cfg.actuator_gain_scale, len(self.actuators)))
         if cfg.actuator_gains:
-            if len(cfg.actuator_gains) != len(self.actuators):
-                raise ValueError(f"randomization.actuator_gains: {len(cfg.actuator_gains)} factors for "
-                                 f"{len(self.actuators)} actuators")
             gains = gains * np.asarray(cfg.actuator_gains)
         m.body_mass[:] = self.body_mass * mass
         m.body_inertia[:] = self.body_inertia * mass
