@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,45 +36,18 @@ import numpy as np
 import torch
 
 import robot_rl.sim  # noqa: F401
-from robot_rl.control.rotations import mat_yaw, quat_to_mat
 from robot_rl.core.config import load_config
 from robot_rl.learners.online import collect, run_online
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.residual import MARKER, ResidualActorWeights, ResidualAgent
 from robot_rl.learners.transport import list_versions
-from robot_rl.runtime.episode import EpisodeResult, run_episode
+from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts import expert_for
+from robot_rl.training.task_metrics import TASK_METRICS, TaskMetric
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST_SEED = 1000
 """Evaluation seeds start here; the actors' training seeds (``actor.seed`` + episode) must stay below."""
-
-
-def hover_metric(out: EpisodeResult) -> float:
-    """Mean |z - goal_z| over the last 100 steps [m]."""
-    z = [t.next_observation["position"][2] - t.next_observation["goal_pos"][2] for t in out.transitions]
-    return float(np.abs(z[-100:]).mean())
-
-
-def track_metric(out: EpisodeResult) -> float:
-    """Mean |p - goal| after the first 100 steps (2 s) [m]."""
-    d = [np.linalg.norm(t.next_observation["position"] - t.next_observation["goal_pos"]) for t in out.transitions]
-    return float(np.mean(d[100:]))
-
-
-def heading_vx(obs: Mapping[str, np.ndarray]) -> float:
-    """Forward velocity of the pelvis in its heading frame (world velocity rotated by -yaw) [m/s]."""
-    rot = quat_to_mat(obs["base_quat"].astype(np.float64))
-    v = rot @ obs["base_linvel"].astype(np.float64)
-    h = mat_yaw(rot)
-    return float(np.cos(h) * v[0] + np.sin(h) * v[1])
-
-
-def walk_metric(out: EpisodeResult) -> float:
-    """|mean heading-frame vx from 2 s on - commanded vx| [m/s] (a fall before 2 s: the whole episode)."""
-    vx = [heading_vx(t.next_observation) for t in out.transitions]
-    command = float(out.transitions[0].observation["command"][0])
-    return abs(float(np.mean(vx[100:] if len(vx) > 100 else vx)) - command)
 
 
 @dataclass
@@ -83,22 +55,15 @@ class Task:
     """What one ``--task`` runs and how it is scored."""
 
     config: str
-    metric: Callable[[EpisodeResult], float]
-    label: str
-    unit: str
-    """Printed unit; ``factor`` converts the metric's SI value into it."""
-    factor: float
+    metric: TaskMetric
     seeds: int
     """Default evaluation episodes."""
-    tolerance: float | None = None
-    """An episode counts as tracked when it did not fail and its metric is at most this (SI)."""
 
 
 TASKS = {
-    "hover": Task("config/learners/online_quad_residual.yaml", hover_metric, "|z - goal|", "cm", 100.0, 20),
-    "track": Task("config/learners/online_quad_track_residual.yaml", track_metric, "|p - goal|", "cm", 100.0, 20),
-    "walk": Task("config/learners/online_humanoid_residual.yaml", walk_metric, "|vx - command|", "m/s", 1.0, 50,
-                 tolerance=0.1),
+    "hover": Task("config/learners/online_quad_residual.yaml", TASK_METRICS["QuadHover"], 20),
+    "track": Task("config/learners/online_quad_track_residual.yaml", TASK_METRICS["QuadTrack"], 20),
+    "walk": Task("config/learners/online_humanoid_residual.yaml", TASK_METRICS["HumanoidWalk"], 50),
 }
 
 
@@ -114,13 +79,14 @@ class Score:
 
     def row(self, name: str, task: Task) -> str:
         """A line of the table."""
-        f = task.factor
+        m = task.metric
+        f = m.factor
         mean = np.mean(self.values) * f if self.values else float("nan")
         std = np.std(self.values) * f if self.values else float("nan")
-        line = f"{name:>30}: {task.label} {mean:.{2 if f == 1 else 1}f} ± {std:.{2 if f == 1 else 1}f} {task.unit}, " \
+        line = f"{name:>30}: {m.label} {mean:.{2 if f == 1 else 1}f} ± {std:.{2 if f == 1 else 1}f} {m.unit}, " \
                f"failed {self.failed}/{self.episodes}"
         if self.tracked is not None:
-            line += f", within {task.tolerance} {task.unit}: {self.tracked}/{self.episodes}"
+            line += f", within {m.tolerance} {m.unit}: {self.tracked}/{self.episodes}"
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,10 +107,10 @@ def evaluate(task: Task, env_id: str, env_options: dict[str, Any], residual: Res
         if out.terminated:
             failed += 1
             continue
-        values.append(task.metric(out))
-        tracked += task.tolerance is not None and values[-1] <= task.tolerance
+        values.append(task.metric.fn(out))
+        tracked += task.metric.tolerance is not None and values[-1] <= task.metric.tolerance
     env.close()
-    return Score(values, failed, len(seeds), tracked if task.tolerance is not None else None)
+    return Score(values, failed, len(seeds), tracked if task.metric.tolerance is not None else None)
 
 
 def nominal_twin(env_id: str) -> str | None:
@@ -181,7 +147,8 @@ def plot(task: Task, run: Path, rows: list[dict[str, Any]], base: dict[str, Any]
 
     episodes, _ = collect(run)
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 4))
-    f = task.factor
+    m = task.metric
+    f = m.factor
     pts = [(r["steps"], r["mean"] * f) for r in rows if r["steps"] is not None and r["mean"] is not None]
     if pts:
         ax1.plot(*zip(*pts, strict=True), "o-", label="expert + residual (mean action)")
@@ -189,12 +156,12 @@ def plot(task: Task, run: Path, rows: list[dict[str, Any]], base: dict[str, Any]
         if score is not None and score["mean"] is not None:
             ax1.axhline(score["mean"] * f, color="tab:red" if style == "--" else "tab:green", ls=style,
                         label=f"{name} ({score['episodes']} seeds)")
-    ax1.set_ylabel(f"{task.label} [{task.unit}] (episodes that did not fail)")
+    ax1.set_ylabel(f"{m.label} [{m.unit}] (episodes that did not fail)")
     steps = [r["steps"] for r in rows]
     ax2.plot(steps, [r["failed"] / r["episodes"] for r in rows], "o-", color="tab:red", label="failed (crash, fall)")
-    if task.tolerance is not None:
+    if m.tolerance is not None:
         ax2.plot(steps, [r["tracked"] / r["episodes"] for r in rows], "o-", color="tab:green",
-                 label=f"within {task.tolerance} {task.unit}, no fall")
+                 label=f"within {m.tolerance} {m.unit}, no fall")
     ax2.set_ylabel(f"share of {rows[0]['episodes'] if rows else 0} evaluation episodes")
     ax2.set_ylim(-0.02, 1.02)
     for ax in (ax1, ax2):

@@ -66,14 +66,15 @@ def test_finetune_trains_in_each_aligned_simulator_and_flies_on_the_real_robot(
     simulator it names), every policy flown on the real robot. Budgets too small to compare the methods; they
     count env steps, not seconds, so the outcome does not depend on the machine's load."""
     config, folder, _ = fitted
-    budget = ["--set", "finetune.overrides=[time_budget_s=null,target_success=null,total_steps=400000,"
+    budget = ["--set", "finetune.online_config=''",  # the PPO path: rl_config's policy, fine-tuned
+              "--set", "finetune.overrides=[time_budget_s=null,target_success=null,total_steps=400000,"
               "eval_episodes=4,eval_every_steps=200000]",
               "--set", "finetune.finetune_overrides=[time_budget_s=null,total_steps=4096,num_envs=16,eval_episodes=4,"
               "eval_every_steps=4096,ppo.critic_warmup_updates=1]",
               "--set", "finetune.eval_episodes=4", "--set", "finetune.methods=[nominal,sysid,delta_action]"]
     assert align("finetune", config, folder, *budget) == 0
     summary = json.loads((folder / "closed_loop.json").read_text())
-    assert list(summary["methods"]) == ["pretrained", "nominal", "sysid", "delta_action"]
+    assert summary["kind"] == "rl" and list(summary["methods"]) == ["pretrained", "nominal", "sysid", "delta_action"]
     for row in summary["methods"].values():
         assert row["real"]["length_mean"] > 0 and 0.0 <= row["real"]["error_mean"] < 3.0
     runs = folder / "finetune"
@@ -84,3 +85,27 @@ def test_finetune_trains_in_each_aligned_simulator_and_flies_on_the_real_robot(
     assert Path(options["delta_action"]["env_options"]["delta_action"]) == (folder / "delta_action").resolve()
     assert options["sysid"]["env_options"]["randomization"]["mass_scale"][0] == pytest.approx(
         json.loads((folder / "sysid" / "fit.json").read_text())["parameters"]["mass_scale"])
+
+
+@pytest.mark.slow
+def test_residual_trained_in_the_identified_simulator_removes_the_real_robots_sag(
+        fitted: tuple[Path, Path, dict]) -> None:
+    """ASAP's closed-loop claim with an online learner: residual RL on the hover expert for the same number of
+    episodes in the nominal and in the identified simulator, then expert + residual flown on the real robot.
+    The heavier, weaker real robot makes the expert sag; the nominal simulator has no sag to learn from."""
+    config, folder, _ = fitted
+    args = ["--set", "finetune.online_overrides=[actor.env_id=robot_rl/QuadHover-v0,actor.episodes=150]",
+            "--set", "finetune.online_budget_s=1200", "--set", "finetune.eval_episodes=5",
+            "--set", "finetune.methods=[nominal,sysid]"]
+    assert align("finetune", config, folder, *args) == 0
+    summary = json.loads((folder / "closed_loop.json").read_text())
+    rows = summary["methods"]
+    assert summary["kind"] == "online" and list(rows) == ["frozen", "nominal", "sysid"]
+    sag = {m: r["real"]["metric"] for m, r in rows.items()}
+    assert all(r["real"]["failure_rate"] == 0.0 for r in rows.values()), rows
+    assert sag["frozen"] > 0.1, sag                      # the expert alone sags > 10 cm on the real robot
+    assert rows["nominal"]["sim"]["metric"] < 0.02, rows  # ... and not in the nominal simulator
+    assert sag["sysid"] < 0.35 * sag["frozen"] and sag["sysid"] < 0.5 * sag["nominal"], sag
+    for m in ("nominal", "sysid"):  # each learner ran in the simulator it names
+        online = yaml.safe_load((folder / "finetune" / f"residual_{m}" / "online.yaml").read_text())
+        assert ("randomization" in online["actor"]["env_options"]) == (m == "sysid")

@@ -223,3 +223,31 @@ def test_runner_on_cuda_acts_like_the_cpu_runner() -> None:
     assert gpu.policy.device.type == "cuda"
     gpu.reset(seed=2)  # the noise is drawn on the CPU generator, so both see the same noise
     np.testing.assert_allclose(on_cpu, np.stack([gpu.act(o) for o in obs]), atol=1e-4)
+
+
+def test_evaluation_reports_the_task_metric_and_counts_crashes_apart() -> None:
+    """The hover metric sees what success cannot: the stand-in's hidden mass makes the expert sag; a drone
+    with its motors off crashes, counts as a failure and is left out of the metric."""
+    from robot_rl.training.task_metrics import metric_for
+
+    metric = metric_for("robot_rl/QuadHover-RealStandIn-v0")
+    assert metric is not None and metric_for("robot_rl/ArmPickLift-v0") is None
+    sag = {}
+    for env_id in ("robot_rl/QuadHover-v0", "robot_rl/QuadHover-RealStandIn-v0"):
+        env = gym.make(env_id)
+        report = evaluate(expert_for(env), env, env_id, episodes=2, seed=0, metric=metric.fn)
+        env.close()
+        assert report.failures == [False, False] and len(report.metrics) == 2
+        sag[env_id] = report.metric_mean
+    assert sag["robot_rl/QuadHover-v0"] < 0.01 < 0.05 < sag["robot_rl/QuadHover-RealStandIn-v0"], sag
+
+    class MotorsOff:
+        def act(self, obs: dict) -> np.ndarray:
+            return np.zeros(4, dtype=np.float32)
+
+    env = gym.make("robot_rl/QuadHover-v0")
+    report = evaluate(MotorsOff(), env, "robot_rl/QuadHover-v0", episodes=2, seed=0, metric=metric.fn)
+    env.close()
+    assert report.failures == [True, True] and report.failure_rate == 1.0
+    assert np.isnan(report.metrics).all() and np.isnan(report.metric_mean)
+    assert report.to_json()["failure_rate"] == 1.0

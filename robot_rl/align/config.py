@@ -132,9 +132,12 @@ class DeltaActionSettings:
 
 @dataclass
 class FinetuneSettings:
-    """``align finetune``: pre-train in the nominal simulator, fine-tune copies in the aligned ones, fly them.
+    """``align finetune``: fine-tune the task policy in each aligned simulator, fly each on the real robot.
 
-    Every policy is evaluated on the real robot (``collect.env_id`` with ``collect.env_options``).
+    Two kinds of task policy: an RL policy (``rl_config``: pre-trained in the nominal simulator, then a copy
+    fine-tuned with PPO per simulator) or an online learner (``online_config``: residual RL on a scripted
+    expert, DSRL or HG-DAgger on a trained policy, its actors in each simulator). Every result is flown on
+    the real robot (``real_env_id``, by default the env the motions were recorded on).
     """
 
     rl_config: str = "config/rl/quad_hover.yaml"
@@ -144,6 +147,24 @@ class FinetuneSettings:
     finetune_overrides: list[str] = field(default_factory=lambda: ["time_budget_s=120", "target_success=null"])
     """``key=value`` overrides of every fine-tuning run (each starts from the pre-trained policy, in threaded
     envs, the simulator replaced)."""
+    online_config: str = ""
+    """A learners config (robot_rl.learners.OnlineConfig) instead of ``rl_config``: its learner and actors
+    run once per method, the actors' env options replaced by the method's simulator. Its ``actor.env_id``
+    is the nominal simulator of the task (not a stand-in)."""
+    online_overrides: list[str] = field(default_factory=list)
+    """``key=value`` overrides of every online run."""
+    policy: str = ""
+    """Checkpoint folder of the task policy the online learner starts from (its config's ``policy``: the
+    behaviour-cloned policy HG-DAgger fine-tunes, the frozen policy of DSRL); "" keeps the config's."""
+    demos: str = ""
+    """Episode store of demonstrations for the online learner (its config's ``learner.demos``); "" keeps it."""
+    online_budget_s: float = 300.0
+    """Wall-clock budget of each online run [s] (the actors stop after their current episode)."""
+    real_env_id: str = ""
+    """The real robot the policies fly on; "" is ``collect.env_id``. The task may differ from the recorded
+    motions' (the arm is aligned on reaching motions and flies pick-and-lift): the same robot, other scene."""
+    real_env_options: dict[str, Any] | None = None
+    """Its keyword arguments; None is ``collect.env_options``."""
     methods: list[str] = field(default_factory=lambda: ["nominal", "dr", "sysid", "delta_action"])
     """Simulators fine-tuned in: ``nominal`` (the same extra training without alignment, for a fair
     comparison), ``dr`` (randomisation ranges around nominal), ``sysid`` (identified parameters),
@@ -152,11 +173,19 @@ class FinetuneSettings:
     """Randomisation ranges of the ``dr`` run (robot_rl.sim.config.Randomization fields)."""
     eval_episodes: int = 20
     """Episodes each policy flies on the real robot."""
+    eval_seed: int = 1000
+    """Reset seed of the first evaluation episode (online runs: keep it above the actors' training seeds)."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.methods) - {"nominal", "dr", "sysid", "delta_action"})
         if unknown:
             raise ConfigError(f"finetune.methods: unknown {unknown}")
+        if self.online_budget_s <= 0 or self.eval_episodes < 1:
+            raise ConfigError("finetune: online_budget_s must be > 0 and eval_episodes >= 1")
+        if self.real_env_id.endswith("-v0") and "RealStandIn" not in self.real_env_id \
+                and self.real_env_options is None:
+            raise ConfigError(f"finetune.real_env_id: {self.real_env_id} is a nominal simulator; give the "
+                              "real robot's perturbation in real_env_options or name a -RealStandIn-v0 env")
 
 
 @dataclass

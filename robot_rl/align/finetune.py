@@ -1,14 +1,18 @@
 """Closed loop: fine-tune the task policy in each simulator, then fly each on the real robot without correction.
 
-The task policy is pre-trained once in the nominal simulator (the task's RL config as shipped), then a copy
-is fine-tuned (robot_rl.rl with ``init_policy``) in each simulator: nominal again (the same extra compute
-without alignment), randomised, identified, delta-action aligned. ASAP deploys its fine-tuned policy without
-the delta model the same way.
+Two kinds of task policy (robot_rl.align.config.FinetuneSettings):
 
-Every fine-tuning run has the same budget and seed, only the simulator changes:
-``randomization`` (domain randomisation ranges, or the identified parameters collapsed) or ``delta_action``
-(the env adds pi_delta(s, a) to every action). The policies are then evaluated on ``collect.env_id`` with
-``collect.env_options``: the real robot, or the stand-in that plays it.
+* an RL policy, pre-trained once in the nominal simulator (the task's RL config as shipped), then a copy
+  fine-tuned (robot_rl.rl with ``init_policy``) in each simulator;
+* an online learner (robot_rl.learners: residual RL on a scripted expert, DSRL or HG-DAgger on a trained
+  policy), run once per simulator from the same frozen start.
+
+The simulators: nominal again (the same extra compute without alignment), randomised, identified,
+delta-action aligned. ASAP deploys its fine-tuned policy without the delta model the same way. Every run
+has the same budget and seed, only the simulator changes: ``randomization`` (domain randomisation ranges,
+or the identified parameters collapsed) or ``delta_action`` (the env adds pi_delta(s, a) to every action).
+The policies are then evaluated on the real robot (``real_env_id``), or the stand-in that plays it, with
+the task's metric (robot_rl.training.task_metrics) beside success.
 """
 
 from __future__ import annotations
@@ -16,12 +20,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from robot_rl.align.artifacts import read_artifact, read_sysid
 from robot_rl.align.config import AlignConfig
 from robot_rl.align.episodes import AlignmentError
 from robot_rl.core.config import config_to_dict, load_config
+
+if TYPE_CHECKING:
+    from robot_rl.learners.online_config import OnlineConfig
 
 
 def simulator_options(cfg: AlignConfig, run: str | Path, method: str, base: dict[str, Any]) -> dict[str, Any]:
@@ -39,8 +48,41 @@ def simulator_options(cfg: AlignConfig, run: str | Path, method: str, base: dict
     return opts
 
 
+def real_robot(cfg: AlignConfig) -> tuple[str, dict[str, Any]]:
+    """Env id and options of the robot the policies are flown on."""
+    f = cfg.finetune
+    options = cfg.collect.env_options if f.real_env_options is None else f.real_env_options
+    return f.real_env_id or cfg.collect.env_id, dict(options)
+
+
+def fly(agent: Any, env_id: str, options: dict[str, Any], episodes: int, seed: int) -> dict[str, Any]:
+    """``agent`` on ``episodes`` seeded episodes of ``env_id``: success, failures and the task's metric."""
+    import gymnasium as gym
+
+    import robot_rl.sim  # noqa: F401
+    from robot_rl.training.evaluate import evaluate
+    from robot_rl.training.task_metrics import metric_for
+
+    metric = metric_for(env_id)
+    env = gym.make(env_id, **options)
+    try:
+        report = evaluate(agent, env, env_id, episodes, seed, metric=None if metric is None else metric.fn)
+    finally:
+        env.close()
+    return {"success_rate": report.success_rate, "failure_rate": report.failure_rate,
+            "metric": None if metric is None else report.metric_mean, "return_mean": float(np.mean(report.returns)),
+            "episodes": episodes}
+
+
 def finetune(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[str, Any]:
-    """Train one policy per ``cfg.finetune.methods`` and evaluate each on the real robot; writes closed_loop.json."""
+    """Train one policy per ``cfg.finetune.methods`` and fly each on the real robot; writes closed_loop.json."""
+    summary = finetune_online(cfg, run, progress) if cfg.finetune.online_config else finetune_rl(cfg, run, progress)
+    (Path(run) / "closed_loop.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+def finetune_rl(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[str, Any]:
+    """PPO: pre-train ``rl_config`` in the nominal simulator once, fine-tune a copy per method."""
     from robot_rl.policies.base import Policy
     from robot_rl.rl.config import RLConfig
     from robot_rl.rl.envs import env_spec, make_vector
@@ -49,8 +91,9 @@ def finetune(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[s
 
     f = cfg.finetune
     pre = load_config(RLConfig, f.rl_config, list(f.overrides))
-    real = dataclasses.replace(pre, env_id=cfg.collect.env_id, env_options=dict(cfg.collect.env_options),
-                               vector="threaded", eval_episodes=f.eval_episodes)
+    real_id, real_options = real_robot(cfg)
+    real = dataclasses.replace(pre, env_id=real_id, env_options=real_options, vector="threaded",
+                               eval_episodes=f.eval_episodes)
     spec = env_spec(real)
     pretrained = Path(run) / "finetune" / "pretrained"
     if not (pretrained / "summary.json").exists():
@@ -60,7 +103,7 @@ def finetune(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[s
         tune = dataclasses.replace(tune, vector="threaded")
     tune = dataclasses.replace(tune, init_policy=str(pretrained / "policy"))
 
-    def fly(policy_path: Path) -> dict[str, Any]:
+    def fly_policy(policy_path: Path) -> dict[str, Any]:
         env = make_vector(real, f.eval_episodes)
         try:
             ev = evaluate_policy(Policy.load(policy_path), env, spec, real.eval_seed, real.error_keys)
@@ -68,25 +111,98 @@ def finetune(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[s
             env.close()
         return {k: v for k, v in ev.to_json().items() if not isinstance(v, list)}
 
-    results: dict[str, Any] = {"pretrained": {"real": fly(pretrained / "policy")}}
+    results: dict[str, Any] = {"pretrained": {"real": fly_policy(pretrained / "policy")}}
     for method in f.methods:
         rl = dataclasses.replace(tune, env_options=simulator_options(cfg, run, method, tune.env_options))
         trained = train_rl(rl, Path(run) / "finetune" / method, progress=progress)
         results[method] = {"sim": {k: v for k, v in trained.final.to_json().items() if not isinstance(v, list)},
-                           "real": fly(trained.policy_path), "train_seconds": trained.train_seconds,
+                           "real": fly_policy(trained.policy_path), "train_seconds": trained.train_seconds,
                            "steps": trained.steps}
-    summary = {"robot": cfg.robot, "real_env": cfg.collect.env_id, "rl_config": f.rl_config,
-               "episodes": f.eval_episodes, "methods": results}
-    (Path(run) / "closed_loop.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return summary
+    return {"kind": "rl", "robot": cfg.robot, "real_env": real_id, "rl_config": f.rl_config,
+            "episodes": f.eval_episodes, "methods": results}
+
+
+def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[str, Any]:
+    """Online learner: the frozen start flown as is, then one run per method with its actors in that simulator."""
+    from robot_rl.learners.actor_process import PUBLISHED_MARKERS, evaluation_agent
+    from robot_rl.learners.online import collect, run_online
+    from robot_rl.learners.online_config import OnlineConfig
+    from robot_rl.learners.transport import list_versions
+
+    f = cfg.finetune
+    base = load_config(OnlineConfig, f.online_config, list(f.online_overrides))
+    if f.policy:
+        base = dataclasses.replace(base, policy=f.policy)
+    if f.demos:
+        base = dataclasses.replace(base, learner=dataclasses.replace(base.learner, demos=f.demos))
+    if "RealStandIn" in base.actor.env_id:
+        raise AlignmentError(f"finetune.online_config: actor.env_id {base.actor.env_id} is a stand-in; name the "
+                             "nominal simulator (the methods change its options)")
+    real_id, real_options = real_robot(cfg)
+    last_seed = base.actor.seed + 100_000 * (base.actors - 1) + base.actor.episodes
+    if base.actor.seed < f.eval_seed + f.eval_episodes and last_seed > f.eval_seed:
+        raise AlignmentError(f"finetune.eval_seed: {f.eval_seed}.. overlaps the actors' training seeds "
+                             f"{base.actor.seed}..{last_seed - 1}")
+
+    def agent_of(online: OnlineConfig, folder: Path | None, env: Any) -> Any:
+        if folder is not None:
+            return evaluation_agent(online, folder, env)
+        return frozen_start(online, env)
+
+    def fly_in(online: OnlineConfig, folder: Path | None, env_id: str, options: dict[str, Any]) -> dict[str, Any]:
+        import gymnasium as gym
+
+        env = gym.make(env_id, **options)  # the agent may read the env (the scripted expert's model)
+        try:
+            agent = agent_of(online, folder, env)
+        finally:
+            env.close()
+        return fly(agent, env_id, options, f.eval_episodes, f.eval_seed)
+
+    results: dict[str, Any] = {"frozen": {"real": fly_in(base, None, real_id, real_options)}}
+    for method in f.methods:
+        online = dataclasses.replace(base, actor=dataclasses.replace(
+            base.actor, env_options=simulator_options(cfg, run, method, base.actor.env_options)))
+        folder = Path(run) / "finetune" / f"{online.learner.algorithm}_{method}"  # beside the PPO runs' folders
+        result = run_online(online, folder, progress=progress, timeout=f.online_budget_s + 1800.0,
+                            budget_s=f.online_budget_s)
+        versions = list_versions(folder / "weights", PUBLISHED_MARKERS[online.learner.algorithm])
+        if not versions:
+            raise AlignmentError(f"finetune {method}: the learner published nothing in {f.online_budget_s:.0f} s")
+        version, newest = versions[-1]
+        episodes, _ = collect(folder)
+        results[method] = {"sim": fly_in(online, newest, online.actor.env_id, online.actor.env_options),
+                           "real": fly_in(online, newest, real_id, real_options), "version": version,
+                           "steps": int(sum(e["steps"] for e in episodes)), "train_seconds": result.seconds}
+    return {"kind": "online", "robot": cfg.robot, "real_env": real_id, "online_config": f.online_config,
+            "episodes": f.eval_episodes, "methods": results}
+
+
+def frozen_start(online: OnlineConfig, env: Any) -> Any:
+    """What acts before any online update: the residual's base, or the run's policy."""
+    from robot_rl.learners.residual import build_base
+    from robot_rl.policies.base import Policy
+
+    if online.learner.algorithm == "residual":
+        return build_base(online.learner.residual.base, env, online.policy, online.actor.device)
+    return Policy.load(online.policy)
 
 
 def format_closed_loop(summary: dict[str, Any]) -> str:
-    """Text table: per training simulator, success, crashes and error in the sim and on the real robot."""
-    lines = [f"{'trained in':14s}{'sim success':>12s}{'real success':>14s}{'real crash':>12s}{'real error':>12s}"]
+    """Text table: per training simulator, success, failures and the task's error in that sim and on the robot.
+
+    Failures are crashes and falls; NaN is "not measured" (e.g. the frozen start in a simulator).
+    """
+    nan = float("nan")
+
+    def cells(row: dict[str, Any]) -> tuple[float, float, float]:
+        fail = row.get("crash_rate", row.get("failure_rate", nan))
+        error = row.get("error_mean", row.get("metric"))
+        return row.get("success_rate", nan), fail, nan if error is None else error
+
+    lines = [f"{'trained in':14s}{'sim success':>12s}{'sim error':>11s}{'real success':>14s}{'real fail':>11s}"
+             f"{'real error':>12s}"]
     for method, row in summary["methods"].items():
-        sim, real = row.get("sim", {}), row["real"]
-        lines.append(f"{method:14s}{sim.get('success_rate', float('nan')):>12.2f}"
-                     f"{real.get('success_rate', float('nan')):>14.2f}{real.get('crash_rate', float('nan')):>12.2f}"
-                     f"{real.get('error_mean', float('nan')):>12.4f}")
+        sim, real = cells(row.get("sim", {})), cells(row["real"])
+        lines.append(f"{method:14s}{sim[0]:>12.2f}{sim[2]:>11.4f}{real[0]:>14.2f}{real[1]:>11.2f}{real[2]:>12.4f}")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 from scipy.stats import binomtest
 
 from robot_rl.policies.base import Policy
-from robot_rl.runtime.episode import act, reset_agent, run_episode
+from robot_rl.runtime.episode import EpisodeResult, act, reset_agent, run_episode
 from robot_rl.runtime.policy_runner import PolicyRunner
 
 
@@ -35,6 +36,11 @@ class EvalReport:
     """Sum of rewards of each episode."""
     lengths: list[int] = field(default_factory=list)
     """Steps of each episode."""
+    failures: list[bool] = field(default_factory=list)
+    """Whether the task ended each episode early (a crash, a fall: ``terminated`` without success)."""
+    metrics: list[float] = field(default_factory=list)
+    """The task's metric of each episode that did not fail (robot_rl.training.task_metrics, SI units; NaN for
+    a failed one); empty when evaluated without a metric."""
     seconds: float = 0.0
     """Wall time."""
     policy_ms_per_step: float = 0.0
@@ -45,6 +51,17 @@ class EvalReport:
         """Fraction of successful episodes."""
         return float(np.mean(self.successes)) if self.successes else 0.0
 
+    @property
+    def failure_rate(self) -> float:
+        """Fraction of episodes the task ended early (crashes, falls)."""
+        return float(np.mean(self.failures)) if self.failures else 0.0
+
+    @property
+    def metric_mean(self) -> float:
+        """Mean task metric over the episodes that did not fail (NaN: no metric or every episode failed)."""
+        kept = [m for m in self.metrics if np.isfinite(m)]
+        return float(np.mean(kept)) if kept else float("nan")
+
     def interval(self, z: float = 1.96) -> tuple[float, float]:
         """Wilson score interval of the success rate (95% by default)."""
         return wilson_interval(sum(self.successes), len(self.successes), z)
@@ -52,7 +69,8 @@ class EvalReport:
     def to_json(self) -> dict[str, Any]:
         """Everything, plus the rate and its interval."""
         lo, hi = self.interval()
-        return {**asdict(self), "success_rate": self.success_rate, "ci95": [lo, hi]}
+        return {**asdict(self), "success_rate": self.success_rate, "ci95": [lo, hi],
+                "failure_rate": self.failure_rate, "metric_mean": self.metric_mean}
 
     def summary(self) -> str:
         """One line for the terminal."""
@@ -93,11 +111,13 @@ def env_options_for(policy: Policy) -> dict[str, Any]:
 
 
 def evaluate(policy: Policy | Any, env: Any, env_id: str, episodes: int, seed: int = 0,
-             max_steps: int | None = None, progress: bool = False) -> EvalReport:
+             max_steps: int | None = None, progress: bool = False,
+             metric: Callable[[EpisodeResult], float] | None = None) -> EvalReport:
     """Run ``episodes`` episodes with reset seeds ``seed, seed + 1, ...``; the sampling noise is seeded too.
 
     ``policy`` is a :class:`Policy` (run by a :class:`PolicyRunner`) or any agent with ``act(obs)`` (a
-    scripted expert, a runner the caller configured).
+    scripted expert, a runner the caller configured). ``metric`` (robot_rl.training.task_metrics) scores
+    each episode that did not fail; its transitions are kept only for it.
     """
     from tqdm import tqdm
 
@@ -107,9 +127,13 @@ def evaluate(policy: Policy | Any, env: Any, env_id: str, episodes: int, seed: i
     timed = _Timed(PolicyRunner(policy) if isinstance(policy, Policy) else policy)
     t0 = time.perf_counter()
     for i in tqdm(range(episodes), desc="eval", disable=not progress):
-        result = run_episode(env, timed, seed=seed + i, max_steps=max_steps)
+        result = run_episode(env, timed, seed=seed + i, max_steps=max_steps, keep=metric is not None)
         report.seeds.append(seed + i)
         report.successes.append(bool(result.success))
+        failed = result.terminated and not result.success
+        report.failures.append(failed)
+        if metric is not None:
+            report.metrics.append(float("nan") if failed or not result.transitions else metric(result))
         report.returns.append(result.episode_return)
         report.lengths.append(result.length)
     report.seconds = time.perf_counter() - t0
