@@ -213,3 +213,49 @@ def test_a_diverging_regression_stops_and_says_so() -> None:
     with pytest.raises(FitDiverged, match=r"loss became (inf|nan)"):
         fit_regression(model, x, x[:, :1], ModelSettings(epochs=5, learning_rate=1e20), seed=0)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # left as it was
+
+
+def _pose_target_store(path: Path, speed: float) -> tuple[Path, np.ndarray]:
+    """An arm log as recorder_node writes it: absolute tool targets (control_mode cartesian_pose), the measured
+    tool pose and qpos/qvel; the targets come from known delta actions through the arm envs' integrator."""
+    from robot_rl.sim.arm_actions import CartesianDeltaIntegrator
+
+    rng = np.random.default_rng(1)
+    integrator = CartesianDeltaIntegrator(10.0)
+    quat = np.array([0.0, 1.0, 0.0, 0.0])
+    tcp = np.array([0.45, 0.0, 0.35]) + 0.02 * np.cumsum(rng.normal(size=(41, 3)), axis=0) * 0.2
+    deltas = np.clip(rng.normal(scale=0.4, size=(40, 6)), -0.9, 0.9)
+    steps, applied = [], []
+    for t in range(40):
+        integrator.observe(tcp[t], quat)
+        pos, q = integrator.step(deltas[t])
+        pos = tcp[t] + speed * (pos - tcp[t])  # speed > 1: targets further than one step reaches
+        gripper = float(t < 20)
+        applied.append(np.r_[deltas[t], 2 * gripper - 1])
+
+        def obs(k: int) -> dict[str, np.ndarray]:
+            return {"tcp_pos": tcp[k].astype(np.float32), "tcp_quat": quat.astype(np.float32),
+                    "qpos": np.zeros(9, np.float32), "qvel": np.zeros(9, np.float32)}
+
+        steps.append(Transition(observation=obs(t), next_observation=obs(t + 1),
+                                action=np.r_[pos, q, gripper].astype(np.float32), reward=0.0, terminated=False,
+                                truncated=t == 39, episode_id=0, step=t))
+    info = DatasetInfo(robot="panda", fps=10.0, controller={"control_mode": "cartesian_pose"})
+    store = EpisodeStore.create(path, info)
+    store.add_episode(steps)
+    store.close()
+    return path, np.asarray(applied)
+
+
+def test_recorded_tool_targets_become_the_simulators_delta_actions(tmp_path: Path) -> None:
+    """recorder_node logs absolute tool targets; the arm's simulator takes deltas: loading inverts the env's
+    integrator (position from the measured tool, rotation from the previous target) and refuses targets that
+    move further than the action range allows in one step."""
+    cfg = AlignConfig(robot="panda", env_id="robot_rl/ArmReach-v0", holdout_episodes=1,
+                      collect=CollectSettings(env_id="robot_rl/ArmReach-v0", episodes=3, steps=40))
+    path, applied = _pose_target_store(tmp_path / "arm.zarr", speed=1.0)
+    (episode,) = load_episodes(path, cfg, 7, 10.0)
+    np.testing.assert_allclose(episode.actions, applied, atol=2e-4)  # float32 storage of the targets
+    fast, _ = _pose_target_store(tmp_path / "fast.zarr", speed=4.0)
+    with pytest.raises(AlignmentError, match=r"episode fast.zarr#0: .* beyond one step"):
+        load_episodes(fast, cfg, 7, 10.0)

@@ -14,6 +14,8 @@ from helpers.ros_spin import spin_until  # noqa: E402
 from std_msgs.msg import Bool, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
+from robot_rl.align.config import AlignConfig, CollectSettings  # noqa: E402
+from robot_rl.align.episodes import load_episodes  # noqa: E402
 from robot_rl.data.store import EpisodeStore  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
@@ -90,3 +92,16 @@ def test_teleop_session_is_recorded_with_interventions(tmp_path: Path) -> None:
         tcp_x = ep["observation.tcp_pos"][:, 0] if "observation.tcp_pos" in ep else ep["tcp_pos"][:, 0]
         assert tcp_x.max() - tcp_x[0] > 0.1  # and the simulated arm followed
         assert bool(ep["terminated"][-1])
+        key = "observation.qpos" if "observation.qpos" in ep else "qpos"
+        joints = ep["observation.joint_pos"] if "observation.joint_pos" in ep else ep["joint_pos"]
+        assert ep[key].shape[1] == 9  # arm + finger joints, MuJoCo's order
+        np.testing.assert_allclose(ep[key][:, :7], joints, atol=1e-6)
+
+    # the teleop log is what sim-to-real alignment reads: the arm and finger joints as measured, and the tool
+    # targets as sent, replayed by a simulator that takes absolute targets
+    cfg = AlignConfig(robot="panda", env_id="robot_rl/ArmReach-v0", env_options={"control_mode": "cartesian_pose"},
+                      holdout_episodes=1, collect=CollectSettings(env_id="robot_rl/ArmReach-v0", episodes=2, steps=40))
+    first = load_episodes(dataset, cfg, 8, 10.0)[0]
+    assert first.qpos.shape == (len(first.actions) + 1, 9)
+    np.testing.assert_allclose(first.actions[:, :7], ep["action"][:, :7], atol=1e-6)
+    assert set(np.unique(first.actions[:, 7])) <= {-1.0, 1.0}  # opening 0..1 -> the env's gripper action

@@ -89,6 +89,24 @@ def test_joint_position_mode_tracks_targets() -> None:
     assert np.max(np.abs(obs["joint_pos"] - target)) < 0.02
 
 
+def test_cartesian_pose_mode_tracks_absolute_tool_targets() -> None:
+    """The mode a real arm's log is replayed in: the tcp reaches an absolute target; a target outside the
+    workspace box is clipped into it; a quaternion far from unit length keeps the orientation target."""
+    env = gym.make("robot_rl/ArmReach-v0", control_mode="cartesian_pose")
+    obs, _ = env.reset(seed=0)
+    target = np.r_[obs["tcp_pos"] + np.array([0.06, -0.04, -0.05]), obs["tcp_quat"], 1.0].astype(np.float32)
+    for _ in range(20):
+        obs, *_ = env.step(target)
+    assert np.linalg.norm(obs["tcp_pos"] - target[:3]) < 0.005
+    assert abs(abs(float(obs["tcp_quat"] @ target[3:7])) - 1.0) < 1e-3
+    far = np.r_[2.0, 0.0, obs["tcp_pos"][2], 0.0, 0.0, 0.0, 0.0, 1.0].astype(np.float32)  # x beyond the box
+    for _ in range(30):
+        obs, *_ = env.step(far)
+    assert 0.7 < obs["tcp_pos"][0] <= 0.8 + 0.005  # clipped to the box's x_max (0.8 m)
+    assert abs(abs(float(obs["tcp_quat"] @ target[3:7])) - 1.0) < 1e-2  # zero quaternion: orientation held
+    env.close()
+
+
 def test_bad_actions_rejected_or_clipped() -> None:
     env = gym.make("robot_rl/ArmPickLift-v0")
     obs, _ = env.reset(seed=3)

@@ -168,7 +168,9 @@ def load_episodes(path: str | Path, cfg: AlignConfig, action_dim: int, fps: floa
     """Every episode of the store at ``path``, checked against the robot, rate and action size the sim expects.
 
     Raises AlignmentError naming the store (robot, rate) or the episode (missing or non-finite applied
-    actions, missing or non-finite states, wrong sizes).
+    actions, missing or non-finite states, wrong sizes). Takes of fewer than 2 steps are skipped. recorder_node's
+    absolute tool targets (``controller.control_mode: cartesian_pose``) are replayed as they are by a simulator
+    with that control mode, or converted to the arm envs' delta actions (``action_dim`` 7) where they fit.
     """
     layout = layout_for(cfg.robot)
     try:
@@ -186,19 +188,63 @@ def load_episodes(path: str | Path, cfg: AlignConfig, action_dim: int, fps: floa
         if missing:
             raise AlignmentError(f"{path}: no {missing} columns; alignment needs the measured state (qpos, qvel) "
                                  f"and the applied actions of every step")
+        pose_log = control_mode_of(store) == "cartesian_pose"
+        pose_targets = pose_log and action_dim == 7  # the simulator takes delta actions: convert the targets
+        if pose_targets:
+            missing = [c for c in ("observation.tcp_pos", "observation.tcp_quat") if c not in columns]
+            if missing:
+                raise AlignmentError(f"{path}: absolute tool targets need the measured tool pose {missing} to become "
+                                     f"the simulator's delta actions")
         out = []
         for i in range(store.num_episodes):
-            ep = store.read_episode(i, ["observation.qpos", "observation.qvel", "action"])
+            keys = ["observation.qpos", "observation.qvel", "action"]
+            ep = store.read_episode(i, keys + (["observation.tcp_pos", "observation.tcp_quat"] if pose_targets else []))
             final = store.final_observation(i)
             name = f"{Path(path).name}#{i}"
             qpos = np.concatenate([ep["observation.qpos"], final["qpos"][None]]).astype(np.float64)
             qvel = np.concatenate([ep["observation.qvel"], final["qvel"][None]]).astype(np.float64)
             actions = np.asarray(ep["action"], dtype=np.float64)
+            if len(actions) < 2:  # a take cut right after it began (e.g. at shutdown): no motion to replay
+                continue
+            if pose_targets:
+                actions = _pose_targets_as_deltas(name, ep, actions, fps)
+            elif pose_log and actions.ndim == 2 and actions.shape[1] == 8:  # control_mode: cartesian_pose sim
+                actions = np.c_[actions[:, :7], 2.0 * np.clip(actions[:, 7:], 0.0, 1.0) - 1.0]  # opening -> [-1, 1]
             _check_episode(name, layout, qpos, qvel, actions, action_dim)
             out.append(Episode(name, qpos, qvel, actions))
     finally:
         store.close()
     return out
+
+
+def control_mode_of(store: EpisodeStore) -> str:
+    """The control mode the store's actions are in (``cartesian_pose``: recorder_node's absolute tool targets)."""
+    mode = str((store.info.controller or {}).get("control_mode", ""))
+    return "cartesian_pose" if mode == "absolute_pose" else mode
+
+
+MAX_CLIPPED_STEPS = 0.05
+"""Largest share of an episode's absolute targets that may lie beyond one step of the delta action range."""
+
+
+def _pose_targets_as_deltas(name: str, ep: dict[str, np.ndarray], actions: np.ndarray, fps: float) -> np.ndarray:
+    """recorder_node's ``[x, y, z, qw, qx, qy, qz, gripper 0..1]`` as the arm envs' 7-D delta actions."""
+    from robot_rl.sim.arm_actions import deltas_from_targets
+
+    if actions.ndim != 2 or actions.shape[1] != 8:
+        raise AlignmentError(f"episode {name}: absolute tool targets have 8 values per step, got {actions.shape}")
+    if not np.all(np.isfinite(actions)):
+        bad = np.flatnonzero(~np.all(np.isfinite(actions), axis=1))
+        raise AlignmentError(f"episode {name}: applied actions missing (NaN/inf) at steps {bad[:5].tolist()}; "
+                             f"record the commands the robot executed")
+    deltas, clipped = deltas_from_targets(ep["observation.tcp_pos"], ep["observation.tcp_quat"], actions[:, :3],
+                                          actions[:, 3:7], fps)
+    if clipped.mean() > MAX_CLIPPED_STEPS:
+        raise AlignmentError(f"episode {name}: {clipped.mean():.0%} of the tool targets lie beyond one step of the "
+                             f"simulator's action range (first at steps {np.flatnonzero(clipped)[:5].tolist()}); "
+                             f"they cannot be replayed as deltas: replay in a simulator with "
+                             f"env_options.control_mode: cartesian_pose")
+    return np.c_[deltas, 2.0 * np.clip(actions[:, 7], 0.0, 1.0) - 1.0]
 
 
 def _check_episode(name: str, layout: StateLayout, qpos: np.ndarray, qvel: np.ndarray, actions: np.ndarray,
@@ -215,8 +261,6 @@ def _check_episode(name: str, layout: StateLayout, qpos: np.ndarray, qvel: np.nd
     bad = np.flatnonzero(~(np.all(np.isfinite(qpos), axis=1) & np.all(np.isfinite(qvel), axis=1)))
     if bad.size:
         raise AlignmentError(f"episode {name}: non-finite measured state at steps {bad[:5].tolist()}")
-    if len(actions) < 2:
-        raise AlignmentError(f"episode {name}: only {len(actions)} step(s)")
 
 
 def segments(episodes: list[Episode], horizon: int, warmup: int = 0) -> Segments:

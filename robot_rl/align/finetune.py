@@ -135,6 +135,9 @@ def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) ->
         base = dataclasses.replace(base, policy=f.policy)
     if f.demos:
         base = dataclasses.replace(base, learner=dataclasses.replace(base.learner, demos=f.demos))
+    if not base.policy and not (base.learner.algorithm == "residual" and base.learner.residual.base == "expert"):
+        raise AlignmentError(f"finetune.policy: {base.learner.algorithm} starts from a trained policy; give its "
+                             "checkpoint folder (e.g. outputs/demo/bc/policy from `robot-rl demo --rl-seconds 0`)")
     if "RealStandIn" in base.actor.env_id:
         raise AlignmentError(f"finetune.online_config: actor.env_id {base.actor.env_id} is a stand-in; name the "
                              "nominal simulator (the methods change its options)")
@@ -159,7 +162,8 @@ def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) ->
             env.close()
         return fly(agent, env_id, options, f.eval_episodes, f.eval_seed)
 
-    results: dict[str, Any] = {"frozen": {"real": fly_in(base, None, real_id, real_options)}}
+    results: dict[str, Any] = {"frozen": {"sim": fly_in(base, None, base.actor.env_id, base.actor.env_options),
+                                          "real": fly_in(base, None, real_id, real_options)}}
     for method in f.methods:
         online = dataclasses.replace(base, actor=dataclasses.replace(
             base.actor, env_options=simulator_options(cfg, run, method, base.actor.env_options)))
@@ -191,7 +195,8 @@ def frozen_start(online: OnlineConfig, env: Any) -> Any:
 def format_closed_loop(summary: dict[str, Any]) -> str:
     """Text table: per training simulator, success, failures and the task's error in that sim and on the robot.
 
-    Failures are crashes and falls; NaN is "not measured" (e.g. the frozen start in a simulator).
+    Failures are crashes and falls; NaN: not measured (PPO's pre-trained policy in a simulator, a task without a
+    metric) or every episode failed.
     """
     nan = float("nan")
 

@@ -1,6 +1,7 @@
 """Recorder node: writes episodes from the graph's topics into a crash-safe episode store.
 
-At ``rate_hz`` it samples the latest ``joint_states`` (joint positions and velocities, gripper opening),
+At ``rate_hz`` it samples the latest ``joint_states`` (joint positions and velocities, gripper opening, and
+``qpos``/``qvel``: arm and finger joints in MuJoCo's order, what ``robot-rl align`` replays from),
 ``current_pose`` (tool pose, arms) and camera images (``cameras``: Image topics) into an observation, and
 records as the action the target in force: ``teleop/target_pose`` + ``teleop/gripper`` while the latched
 ``intervention`` flag is true (steps marked as human interventions), else ``target_pose`` +
@@ -69,8 +70,10 @@ class RecorderNode(Node):
         emb = robot_module(cfg.robot).EMBODIMENT
         self.joints, self.gripper_joints = list(emb.joint_names), list(emb.gripper_joints)
         path = Path(cfg.dataset).expanduser()
+        self.record_qstate = True
         if path.exists():
             self.store = EpisodeStore.open(path, mode="a")
+            self.record_qstate = "observation.qpos" in self.store.column_names()  # a store keeps its columns
         else:
             # the recorded action is the absolute tool target in force: a cartesian_pose policy trains on it
             self.store = EpisodeStore.create(path, DatasetInfo(robot=cfg.robot, fps=cfg.rate_hz, task=cfg.task,
@@ -80,6 +83,7 @@ class RecorderNode(Node):
         self.active = True
         self.human = False
         self.joint: tuple[np.ndarray, np.ndarray, float] | None = None
+        self.qstate: tuple[np.ndarray, np.ndarray] | None = None
         self.pose: tuple[np.ndarray, np.ndarray] | None = None
         self.images: dict[str, np.ndarray] = {}
         self.image_shapes: dict[str, tuple[int, int, int]] = {}
@@ -106,11 +110,15 @@ class RecorderNode(Node):
     def _on_joints(self, msg: JointState) -> None:
         try:
             _, q, dq, _ = joint_state_from_msg(msg, self.joints)
-            grip = joint_state_from_msg(msg, self.gripper_joints)[1] if self.gripper_joints else np.zeros(0)
+            _, grip, grip_dq, _ = (joint_state_from_msg(msg, self.gripper_joints) if self.gripper_joints
+                                   else (None, np.zeros(0), np.zeros(0), None))
         except SpecError as exc:
             self.get_logger().warn(f"skipping joint_states: {exc}", throttle_duration_sec=1.0)
             return
         self.joint = (q, np.nan_to_num(dq), float(np.sum(grip)))
+        # the measured joint state in MuJoCo's order (arm joints, then the fingers): what sim-to-real alignment
+        # replays from (robot_rl.align.layout); a floating base would need its motion capture here too
+        self.qstate = (np.r_[q, grip], np.r_[np.nan_to_num(dq), np.nan_to_num(grip_dq)])
 
     def _on_pose(self, msg: PoseStamped) -> None:
         try:
@@ -166,6 +174,8 @@ class RecorderNode(Node):
         obs = {"joint_pos": q.astype(np.float32), "joint_vel": dq.astype(np.float32),
                "gripper_width": np.array([width], np.float32), "tcp_pos": position.astype(np.float32),
                "tcp_quat": quat.astype(np.float32), **self.images}
+        if self.qstate is not None and self.record_qstate:
+            obs["qpos"], obs["qvel"] = (x.astype(np.float32) for x in self.qstate)
         source = "human" if self.human else "policy"
         target = self.targets[source] or (position, quat)
         action = np.r_[target[0], target[1], self.grippers[source]].astype(np.float32)

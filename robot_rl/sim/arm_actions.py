@@ -97,11 +97,35 @@ class CartesianDeltaIntegrator:
         targets, but the learner needs them in the policy's action space. The rotation is the
         roll-pitch-yaw (the convention of :func:`rpy_matrix`, scipy "xyz") of ``R_b R_a^T``.
         """
+        return np.clip(self.unclipped_delta(pos_a, quat_a, pos_b, quat_b), -1.0, 1.0)
+
+    def unclipped_delta(self, pos_a: np.ndarray, quat_a: np.ndarray, pos_b: np.ndarray,
+                        quat_b: np.ndarray) -> np.ndarray:
+        """:meth:`delta_between` before clipping to [-1, 1] (a magnitude above 1: faster than one step allows)."""
         lin = (np.asarray(pos_b, np.float64) - np.asarray(pos_a, np.float64)) / self.step_lin
         rel = quat_to_mat(quat_b) @ quat_to_mat(quat_a).T
         quat = mat_to_quat(rel)
         euler = Rotation.from_quat([quat[1], quat[2], quat[3], quat[0]]).as_euler("xyz")
-        return np.clip(np.r_[lin, euler / self.step_ang], -1.0, 1.0)
+        return np.r_[lin, euler / self.step_ang]
+
+
+def deltas_from_targets(tcp_pos: np.ndarray, tcp_quat: np.ndarray, target_pos: np.ndarray, target_quat: np.ndarray,
+                        policy_hz: float) -> tuple[np.ndarray, np.ndarray]:
+    """Delta actions (T, 6) that :class:`CartesianDeltaIntegrator` turns into recorded absolute tool targets.
+
+    The inverse of :meth:`CartesianDeltaIntegrator.step` over an episode: the position delta is taken from the
+    measured tool position of each step, the rotation from the previous target (the first step's: the measured
+    orientation), as ``step`` integrates them. Returns the clipped deltas and, per step, whether clipping
+    changed them (the target moved further than one step of the env's action range reaches).
+    """
+    integrator = CartesianDeltaIntegrator(policy_hz)
+    raw = np.zeros((len(target_pos), 6))
+    previous = np.asarray(tcp_quat[0], np.float64)
+    for t in range(len(target_pos)):
+        raw[t] = integrator.unclipped_delta(tcp_pos[t], previous, target_pos[t], target_quat[t])
+        previous = np.asarray(target_quat[t], np.float64)
+    clipped = np.any(np.abs(raw) > 1.0 + 1e-6, axis=1)
+    return np.clip(raw, -1.0, 1.0), clipped
 
 
 def cartesian_delta_relabel(policy_hz: float) -> Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray],

@@ -37,7 +37,8 @@ class EvalReport:
     lengths: list[int] = field(default_factory=list)
     """Steps of each episode."""
     failures: list[bool] = field(default_factory=list)
-    """Whether the task ended each episode early (a crash, a fall: ``terminated`` without success)."""
+    """Whether the task ended each episode early (``terminated``: robot_rl's tasks end an episode early only
+    when it failed, a crash or a fall; success never ends one)."""
     metrics: list[float] = field(default_factory=list)
     """The task's metric of each episode that did not fail (robot_rl.training.task_metrics, SI units; NaN for
     a failed one); empty when evaluated without a metric."""
@@ -130,7 +131,7 @@ def evaluate(policy: Policy | Any, env: Any, env_id: str, episodes: int, seed: i
         result = run_episode(env, timed, seed=seed + i, max_steps=max_steps, keep=metric is not None)
         report.seeds.append(seed + i)
         report.successes.append(bool(result.success))
-        failed = result.terminated and not result.success
+        failed = result.terminated
         report.failures.append(failed)
         if metric is not None:
             report.metrics.append(float("nan") if failed or not result.transitions else metric(result))

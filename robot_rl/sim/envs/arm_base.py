@@ -7,6 +7,9 @@ Actions (``control_mode``):
   ``MAX_LIN_SPEED / policy_hz`` metres and ``MAX_ANG_SPEED / policy_hz`` radians per step (world frame,
   rotations applied as roll-pitch-yaw increments), plus ``gripper`` in [-1, 1] (-1 closed, +1 open).
 * ``joint_position``: ``joint_pos`` absolute joint targets (inside the joint limits) plus ``gripper``.
+* ``cartesian_pose``: ``tool_pose`` absolute tcp targets (position clipped into the workspace box, wxyz
+  quaternion normalised) plus ``gripper``: what a real arm's log records (recorder_node), so its commands
+  can be replayed as they were sent (sim-to-real alignment).
 
 With ``controller="joint_pd"`` (default) Cartesian targets become joint targets by differential IK at
 policy rate and :class:`robot_rl.control.joint_pd.JointPDController` (gravity/Coriolis compensated
@@ -31,7 +34,7 @@ from robot_rl.control.arm_model import MujocoArmModel
 from robot_rl.control.base import Controller, RobotState
 from robot_rl.control.cartesian import CartesianConfig, CartesianImpedanceController
 from robot_rl.control.joint_pd import JointPDConfig, JointPDController
-from robot_rl.control.rotations import mat_to_quat
+from robot_rl.control.rotations import mat_to_quat, quat_to_mat
 from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import JointTarget, PoseTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
@@ -39,6 +42,7 @@ from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices, 
 from robot_rl.sim.arm_actions import (  # noqa: F401 - re-exported for the experts and tests
     MAX_ANG_SPEED,
     MAX_LIN_SPEED,
+    WORKSPACE,
     WORKSPACE_HIGH,
     WORKSPACE_LOW,
     CartesianDeltaIntegrator,
@@ -72,8 +76,9 @@ class ArmEnv(RobotEnv):
     def _setup(self) -> None:
         m = self.model
         self.mode = ControlMode(self.config.control_mode or ControlMode.CARTESIAN_DELTA)
-        if self.mode not in (ControlMode.CARTESIAN_DELTA, ControlMode.JOINT_POSITION):
-            raise SpecError(f"control_mode: arm tasks accept cartesian_delta or joint_position, got {self.mode.value}")
+        if self.mode not in (ControlMode.CARTESIAN_DELTA, ControlMode.CARTESIAN_POSE, ControlMode.JOINT_POSITION):
+            raise SpecError(f"control_mode: arm tasks accept cartesian_delta, cartesian_pose or joint_position, "
+                            f"got {self.mode.value}")
         self.q_idx = qpos_indices(m, panda.JOINT_NAMES)
         self.dq_idx = dof_indices(m, panda.JOINT_NAMES)
         self.state_index = StateIndex.from_model(m, panda.JOINT_NAMES)
@@ -88,8 +93,8 @@ class ArmEnv(RobotEnv):
         self.controller_name = self.config.controller or "joint_pd"
         if self.controller_name not in CONTROLLERS:
             raise SpecError(f"controller: arm tasks accept {CONTROLLERS}, got {self.controller_name!r}")
-        if self.controller_name == "cartesian_impedance" and self.mode != ControlMode.CARTESIAN_DELTA:
-            raise SpecError("controller: cartesian_impedance needs control_mode cartesian_delta")
+        if self.controller_name == "cartesian_impedance" and self.mode == ControlMode.JOINT_POSITION:
+            raise SpecError("controller: cartesian_impedance needs a Cartesian control_mode")
         arm_model = MujocoArmModel(m, panda.JOINT_NAMES, panda.EE_SITE, data=self.data)
         self.controller: Controller
         if self.controller_name == "joint_pd":
@@ -134,6 +139,11 @@ class ArmEnv(RobotEnv):
             lim = panda.EMBODIMENT.limits
             return ActionSpec({"joint_pos": FieldSpec((7,), low=lim.position_lower, high=lim.position_upper,
                                                       description="joint targets [rad]"), "gripper": grip})
+        if self.mode == ControlMode.CARTESIAN_POSE:
+            low, high = np.r_[WORKSPACE_LOW, -np.ones(4)], np.r_[WORKSPACE_HIGH, np.ones(4)]
+            return ActionSpec({"tool_pose": FieldSpec((7,), low=low, high=high,
+                                                      description="tcp target x y z [m], qw qx qy qz"),
+                               "gripper": grip})
         return ActionSpec({"delta_pose": FieldSpec((6,), low=-1.0, high=1.0,
                                                    description="dx dy dz droll dpitch dyaw, scaled"),
                            "gripper": grip})
@@ -178,11 +188,18 @@ class ArmEnv(RobotEnv):
             self.q_target = np.clip(action["joint_pos"].astype(np.float64), self.q_low, self.q_high)
             self.controller.set_target(JointTarget(self.q_target), t)
             return
-        tcp, rot = self.tcp_pose()
-        self.integrator.observe(tcp, mat_to_quat(rot))
-        self.tcp_target_pos, _ = self.integrator.step(action["delta_pose"])
-        assert self.integrator.target_rot is not None
-        self.tcp_target_rot = self.integrator.target_rot
+        if self.mode == ControlMode.CARTESIAN_POSE:
+            pose = action["tool_pose"].astype(np.float64)
+            norm = float(np.linalg.norm(pose[3:]))
+            self.tcp_target_pos = WORKSPACE.clip(pose[:3])
+            if norm > 0.5:  # far from unit length is no orientation: keep the previous one
+                self.tcp_target_rot = quat_to_mat(pose[3:] / norm)
+        else:
+            tcp, rot = self.tcp_pose()
+            self.integrator.observe(tcp, mat_to_quat(rot))
+            self.tcp_target_pos, _ = self.integrator.step(action["delta_pose"])
+            assert self.integrator.target_rot is not None
+            self.tcp_target_rot = self.integrator.target_rot
         if self.controller_name == "cartesian_impedance":
             self.controller.set_target(PoseTarget(self.tcp_target_pos, mat_to_quat(self.tcp_target_rot)), t)
             return
