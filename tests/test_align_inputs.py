@@ -259,3 +259,25 @@ def test_recorded_tool_targets_become_the_simulators_delta_actions(tmp_path: Pat
     fast, _ = _pose_target_store(tmp_path / "fast.zarr", speed=4.0)
     with pytest.raises(AlignmentError, match=r"episode fast.zarr#0: .* beyond one step"):
         load_episodes(fast, cfg, 7, 10.0)
+
+
+def test_closed_loop_settings_are_checked_before_anything_runs(tmp_path: Path) -> None:
+    """Mistakes that would waste a long run stop at once: learners that would train on the real robot's
+    stand-in, a learner without its start policy, evaluation seeds the actors train on, a nominal "real" robot."""
+    from robot_rl.align.config import FinetuneSettings
+    from robot_rl.align.finetune import finetune
+
+    def cfg(**finetune_settings: object) -> AlignConfig:
+        settings = {"online_config": "config/learners/online_quad_residual.yaml", **finetune_settings}
+        return AlignConfig(holdout_episodes=1, collect=CollectSettings(episodes=3),
+                           finetune=FinetuneSettings(**settings))  # type: ignore[arg-type]
+
+    with pytest.raises(AlignmentError, match="is a stand-in"):  # the config as shipped trains on the stand-in
+        finetune(cfg(), tmp_path)
+    with pytest.raises(AlignmentError, match=r"finetune\.policy"):
+        finetune(cfg(online_config="config/learners/online_pick_lift.yaml"), tmp_path)
+    with pytest.raises(AlignmentError, match="overlaps the actors' training seeds"):
+        finetune(cfg(online_overrides=["actor.env_id=robot_rl/QuadHover-v0"], eval_seed=150), tmp_path)
+    with pytest.raises(ConfigError, match="nominal simulator"):
+        FinetuneSettings(real_env_id="robot_rl/ArmPickLift-v0")
+    assert not (tmp_path / "closed_loop.json").exists()

@@ -109,3 +109,4 @@ def test_residual_trained_in_the_identified_simulator_removes_the_real_robots_sa
     for m in ("nominal", "sysid"):  # each learner ran in the simulator it names
         online = yaml.safe_load((folder / "finetune" / f"residual_{m}" / "online.yaml").read_text())
         assert ("randomization" in online["actor"]["env_options"]) == (m == "sysid")
+    assert (folder / "closed_loop.png").stat().st_size > 10_000

@@ -27,6 +27,7 @@ import numpy as np
 from robot_rl.align.artifacts import read_artifact, read_sysid
 from robot_rl.align.config import AlignConfig
 from robot_rl.align.episodes import AlignmentError
+from robot_rl.align.plots import plot_closed_loop
 from robot_rl.core.config import config_to_dict, load_config
 
 if TYPE_CHECKING:
@@ -70,7 +71,8 @@ def fly(agent: Any, env_id: str, options: dict[str, Any], episodes: int, seed: i
     finally:
         env.close()
     return {"success_rate": report.success_rate, "failure_rate": report.failure_rate,
-            "metric": None if metric is None else report.metric_mean, "return_mean": float(np.mean(report.returns)),
+            "metric": None if metric is None or not np.isfinite(report.metric_mean) else report.metric_mean,
+            "return_mean": float(np.mean(report.returns)),
             "episodes": episodes}
 
 
@@ -78,6 +80,7 @@ def finetune(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[s
     """Train one policy per ``cfg.finetune.methods`` and fly each on the real robot; writes closed_loop.json."""
     summary = finetune_online(cfg, run, progress) if cfg.finetune.online_config else finetune_rl(cfg, run, progress)
     (Path(run) / "closed_loop.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    plot_closed_loop(summary, Path(run) / "closed_loop.png")
     return summary
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,5 +64,46 @@ def plot_overlay(seg: Segments, rollouts: dict[str, Rollout], layout: StateLayou
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_closed_loop(summary: dict[str, Any], path: Path) -> Path:
+    """Per training simulator: success and the task's error in that simulator and on the real robot (bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(summary["methods"])
+    rows = summary["methods"]
+    panels = []
+    if any(r["real"].get("success_rate") is not None for r in rows.values()):
+        panels.append(("success_rate", "success rate"))
+    if any(r["real"].get("metric") is not None or "error_mean" in r["real"] for r in rows.values()):
+        panels.append(("metric", "task error (episodes that did not fail)"))
+    panels.append(("failure_rate", "failed (crash, fall)"))  # always measured
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    x = np.arange(len(methods))
+
+    def value(row: dict[str, Any], key: str) -> float:
+        aliases = {"metric": ("metric", "error_mean"), "failure_rate": ("failure_rate", "crash_rate")}
+        for k in aliases.get(key, (key,)):
+            if row.get(k) is not None:
+                return float(row[k])
+        return float("nan")
+
+    for ax, (key, label) in zip(axes[0], panels, strict=True):
+        for offset, where, color in ((-0.2, "sim", "tab:gray"), (0.2, "real", "tab:blue")):
+            ax.bar(x + offset, [value(rows[m].get(where, {}), key) for m in methods], width=0.4,
+                   color=color, label="in its own simulator" if where == "sim" else "on the real robot")
+        ax.set_xticks(x, methods, rotation=20)
+        ax.set_ylabel(label)
+        ax.set_ylim(0.0, 1.05 if key != "metric" else None)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"closed loop: {summary['robot']} on {summary['real_env']}, trained in each simulator")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
