@@ -1,0 +1,162 @@
+"""Framed, authenticated messages between a learner and actors on other machines (TCP, optionally TLS).
+
+The fleet transport's lowest layer. Every message is one frame: a fixed 12-byte prefix (magic ``RRL1``,
+header length, payload length, big-endian), a JSON header (what the message is: ``{"type": "batch",
+"seq": 7}``) and a binary payload (safetensors bytes: transitions or weights). Nothing is ever unpickled;
+sizes are checked against limits before anything is allocated, so a corrupt or hostile length cannot
+make the learner allocate gigabytes.
+
+Authentication is a mutual HMAC-SHA256 challenge-response over a shared secret (the run's key), as
+``multiprocessing.connection`` does but with SHA-256 and both directions explicit: the learner proves it
+knows the key too, so an actor never streams a robot's data to an impostor. The secret never crosses
+the wire. TLS (``ssl`` from the standard library) can wrap the socket underneath for confidentiality;
+the handshake runs inside it either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import socket
+import ssl
+import struct
+from pathlib import Path
+from typing import Any
+
+MAGIC = b"RRL1"
+PREFIX = struct.Struct("!4sII")
+"""Magic, header length, payload length."""
+MAX_HEADER_BYTES = 64 * 1024
+"""Largest JSON header accepted."""
+DEFAULT_MAX_PAYLOAD = 256 * 1024 * 1024
+"""Largest payload accepted unless the caller says otherwise (a 64x64 camera batch is well below)."""
+NONCE_BYTES = 32
+HANDSHAKE_TIMEOUT_S = 10.0
+"""A peer that does not finish the handshake within this time is dropped (no half-open slots)."""
+
+
+class FrameError(Exception):
+    """A malformed, oversized or truncated frame, or a closed connection."""
+
+
+class AuthError(Exception):
+    """The peer does not know the shared secret (or did not follow the handshake)."""
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise FrameError(f"connection closed after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
+
+
+def send_frame(sock: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
+    """Send one message (header + payload) as a single frame."""
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    if len(head) > MAX_HEADER_BYTES:
+        raise FrameError(f"header of {len(head)} bytes exceeds {MAX_HEADER_BYTES}")
+    sock.sendall(PREFIX.pack(MAGIC, len(head), len(payload)) + head + payload)
+
+
+def recv_frame(sock: socket.socket, max_payload: int = DEFAULT_MAX_PAYLOAD) -> tuple[dict[str, Any], bytes]:
+    """Receive one message; FrameError for a bad magic, oversized parts, non-JSON headers or a closed socket."""
+    magic, head_len, payload_len = PREFIX.unpack(_recv_exact(sock, PREFIX.size))
+    if magic != MAGIC:
+        raise FrameError(f"not a robot_rl frame (magic {magic!r})")
+    if head_len > MAX_HEADER_BYTES:
+        raise FrameError(f"header of {head_len} bytes exceeds {MAX_HEADER_BYTES}")
+    if payload_len > max_payload:
+        raise FrameError(f"payload of {payload_len} bytes exceeds the limit of {max_payload}")
+    try:
+        header = json.loads(_recv_exact(sock, head_len).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FrameError(f"header is not JSON ({exc})") from exc
+    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+        raise FrameError("header must be a JSON object with a 'type'")
+    return header, _recv_exact(sock, payload_len) if payload_len else b""
+
+
+def _mac(key: bytes, role: bytes, first: bytes, second: bytes) -> str:
+    return hmac.new(key, role + first + second, hashlib.sha256).hexdigest()
+
+
+def server_handshake(sock: socket.socket, key: bytes, timeout: float = HANDSHAKE_TIMEOUT_S) -> dict[str, Any]:
+    """Learner side: challenge the peer, check its answer, prove the key back. Returns the peer's hello.
+
+    Raises AuthError (wrong secret, wrong protocol) or FrameError (the peer went away or sent garbage).
+    """
+    previous = sock.gettimeout()
+    sock.settimeout(timeout)
+    try:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        send_frame(sock, {"type": "challenge", "nonce": nonce.hex()})
+        hello, _ = recv_frame(sock, max_payload=0)
+        if hello.get("type") != "hello":
+            raise AuthError(f"expected a hello, got {hello.get('type')!r}")
+        try:
+            theirs = bytes.fromhex(str(hello["nonce"]))
+        except (KeyError, ValueError) as exc:
+            raise AuthError("hello without a valid nonce") from exc
+        if len(theirs) != NONCE_BYTES or not hmac.compare_digest(str(hello.get("mac", "")),
+                                                                  _mac(key, b"actor", nonce, theirs)):
+            send_frame(sock, {"type": "refused", "reason": "authentication failed"})
+            raise AuthError("authentication failed (wrong shared secret)")
+        send_frame(sock, {"type": "welcome", "mac": _mac(key, b"learner", theirs, nonce)})
+        return {k: v for k, v in hello.items() if k not in ("type", "nonce", "mac")}
+    except (TimeoutError, OSError) as exc:
+        raise FrameError(f"handshake did not complete ({exc})") from exc
+    finally:
+        sock.settimeout(previous)
+
+
+def client_handshake(sock: socket.socket, key: bytes, info: dict[str, Any] | None = None,
+                     timeout: float = HANDSHAKE_TIMEOUT_S) -> None:
+    """Actor side: answer the learner's challenge with ``info`` (actor id, host, task...) and check its proof.
+
+    Raises AuthError when the learner refuses the secret or cannot prove it knows it.
+    """
+    previous = sock.gettimeout()
+    sock.settimeout(timeout)
+    try:
+        challenge, _ = recv_frame(sock, max_payload=0)
+        if challenge.get("type") != "challenge":
+            raise AuthError(f"expected a challenge, got {challenge.get('type')!r}")
+        theirs = bytes.fromhex(str(challenge.get("nonce", "")))
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        send_frame(sock, {**(info or {}), "type": "hello", "nonce": nonce.hex(),
+                          "mac": _mac(key, b"actor", theirs, nonce)})
+        answer, _ = recv_frame(sock, max_payload=0)
+        if answer.get("type") == "refused":
+            raise AuthError(f"the learner refused this actor: {answer.get('reason')}")
+        if answer.get("type") != "welcome" or not hmac.compare_digest(str(answer.get("mac", "")),
+                                                                       _mac(key, b"learner", nonce, theirs)):
+            raise AuthError("the learner could not prove it knows the shared secret")
+    except ValueError as exc:
+        raise AuthError(f"malformed challenge ({exc})") from exc
+    except (TimeoutError, OSError) as exc:
+        raise FrameError(f"handshake did not complete ({exc})") from exc
+    finally:
+        sock.settimeout(previous)
+
+
+def tls_server_context(certfile: str | Path, keyfile: str | Path) -> ssl.SSLContext:
+    """TLS for the learner's listening socket (a certificate the actors trust)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(str(certfile), str(keyfile))
+    return ctx
+
+
+def tls_client_context(cafile: str | Path, check_hostname: bool = True) -> ssl.SSLContext:
+    """TLS for an actor: trusts the learner's certificate (or the CA that signed it) in ``cafile``."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(cafile))
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = check_hostname
+    return ctx
