@@ -68,6 +68,10 @@ class Outbox:
             self.dropped += 1
         return seq
 
+    def read(self, seq: int) -> bytes:
+        """The safetensors bytes of batch ``seq`` (FileNotFoundError once acknowledged or dropped)."""
+        return self._path(seq).read_bytes()
+
     def pending(self) -> list[tuple[int, bytes]]:
         """Every unacknowledged batch, oldest first, as ``(seq, safetensors bytes)``."""
         return [(seq, self._path(seq).read_bytes()) for seq in self._seqs()]
