@@ -173,7 +173,7 @@ def test_pick_lift_with_cartesian_impedance_controller() -> None:
 def test_unknown_controller_rejected() -> None:
     with pytest.raises(Exception, match="controller"):
         gym.make("robot_rl/ArmReach-v0", controller="magic")
-    with pytest.raises(SpecError, match="cartesian_delta"):
+    with pytest.raises(SpecError, match="needs a Cartesian control_mode"):
         gym.make("robot_rl/ArmReach-v0", controller="cartesian_impedance", control_mode="joint_position")
 
 
