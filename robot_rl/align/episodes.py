@@ -206,10 +206,8 @@ def load_episodes(path: str | Path, cfg: AlignConfig, action_dim: int, fps: floa
             actions = np.asarray(ep["action"], dtype=np.float64)
             if len(actions) < 2:  # a take cut right after it began (e.g. at shutdown): no motion to replay
                 continue
-            if pose_targets:
-                actions = _pose_targets_as_deltas(name, ep, actions, fps)
-            elif pose_log and actions.ndim == 2 and actions.shape[1] == 8:  # control_mode: cartesian_pose sim
-                actions = np.c_[actions[:, :7], 2.0 * np.clip(actions[:, 7:], 0.0, 1.0) - 1.0]  # opening -> [-1, 1]
+            if pose_log:
+                actions = _pose_log_actions(name, ep, actions, fps, as_deltas=pose_targets)
             _check_episode(name, layout, qpos, qvel, actions, action_dim)
             out.append(Episode(name, qpos, qvel, actions))
     finally:
@@ -227,16 +225,21 @@ MAX_CLIPPED_STEPS = 0.05
 """Largest share of an episode's absolute targets that may lie beyond one step of the delta action range."""
 
 
-def _pose_targets_as_deltas(name: str, ep: dict[str, np.ndarray], actions: np.ndarray, fps: float) -> np.ndarray:
-    """recorder_node's ``[x, y, z, qw, qx, qy, qz, gripper 0..1]`` as the arm envs' 7-D delta actions."""
+def _pose_log_actions(name: str, ep: dict[str, np.ndarray], actions: np.ndarray, fps: float,
+                      as_deltas: bool) -> np.ndarray:
+    """recorder_node's ``[x, y, z, qw, qx, qy, qz, gripper 0..1]`` in the simulator's terms.
+
+    The gripper becomes the arm envs' action in [-1, 1]; the pose stays as it is (``cartesian_pose``) or, with
+    ``as_deltas``, becomes the 6-D delta actions that reach each target from the measured tool pose.
+    """
     from robot_rl.sim.arm_actions import deltas_from_targets
 
     if actions.ndim != 2 or actions.shape[1] != 8:
         raise AlignmentError(f"episode {name}: absolute tool targets have 8 values per step, got {actions.shape}")
-    if not np.all(np.isfinite(actions)):
-        bad = np.flatnonzero(~np.all(np.isfinite(actions), axis=1))
-        raise AlignmentError(f"episode {name}: applied actions missing (NaN/inf) at steps {bad[:5].tolist()}; "
-                             f"record the commands the robot executed")
+    _check_actions_finite(name, actions)
+    gripper = 2.0 * np.clip(actions[:, 7:], 0.0, 1.0) - 1.0
+    if not as_deltas:
+        return np.c_[actions[:, :7], gripper]
     deltas, clipped = deltas_from_targets(ep["observation.tcp_pos"], ep["observation.tcp_quat"], actions[:, :3],
                                           actions[:, 3:7], fps)
     if clipped.mean() > MAX_CLIPPED_STEPS:
@@ -244,7 +247,14 @@ def _pose_targets_as_deltas(name: str, ep: dict[str, np.ndarray], actions: np.nd
                              f"simulator's action range (first at steps {np.flatnonzero(clipped)[:5].tolist()}); "
                              f"they cannot be replayed as deltas: replay in a simulator with "
                              f"env_options.control_mode: cartesian_pose")
-    return np.c_[deltas, 2.0 * np.clip(actions[:, 7], 0.0, 1.0) - 1.0]
+    return np.c_[deltas, gripper]
+
+
+def _check_actions_finite(name: str, actions: np.ndarray) -> None:
+    bad = np.flatnonzero(~np.all(np.isfinite(actions), axis=1))
+    if bad.size:
+        raise AlignmentError(f"episode {name}: applied actions missing (NaN/inf) at steps {bad[:5].tolist()}; "
+                             f"record the commands the robot executed")
 
 
 def _check_episode(name: str, layout: StateLayout, qpos: np.ndarray, qvel: np.ndarray, actions: np.ndarray,
@@ -254,10 +264,7 @@ def _check_episode(name: str, layout: StateLayout, qpos: np.ndarray, qvel: np.nd
                              f"robot {layout.robot} has {layout.nq} / {layout.nv}")
     if actions.ndim != 2 or actions.shape[1] != action_dim:
         raise AlignmentError(f"episode {name}: actions have shape {actions.shape}, the simulator takes {action_dim}")
-    bad = np.flatnonzero(~np.all(np.isfinite(actions), axis=1))
-    if bad.size:
-        raise AlignmentError(f"episode {name}: applied actions missing (NaN/inf) at steps {bad[:5].tolist()}; "
-                             f"record the commands the robot executed")
+    _check_actions_finite(name, actions)
     bad = np.flatnonzero(~(np.all(np.isfinite(qpos), axis=1) & np.all(np.isfinite(qvel), axis=1)))
     if bad.size:
         raise AlignmentError(f"episode {name}: non-finite measured state at steps {bad[:5].tolist()}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +57,12 @@ def real_robot(cfg: AlignConfig) -> tuple[str, dict[str, Any]]:
     return f.real_env_id or cfg.collect.env_id, dict(options)
 
 
-def fly(agent: Any, env_id: str, options: dict[str, Any], episodes: int, seed: int) -> dict[str, Any]:
-    """``agent`` on ``episodes`` seeded episodes of ``env_id``: success, failures and the task's metric."""
+def fly(make_agent: Callable[[Any], Any], env_id: str, options: dict[str, Any], episodes: int,
+        seed: int) -> dict[str, Any]:
+    """The agent ``make_agent(env)`` builds, flown on ``episodes`` seeded episodes of ``env_id``.
+
+    Returns success, failures and the task's metric under the closed-loop row's keys (see :func:`rl_row`).
+    """
     import gymnasium as gym
 
     import robot_rl.sim  # noqa: F401
@@ -67,7 +72,7 @@ def fly(agent: Any, env_id: str, options: dict[str, Any], episodes: int, seed: i
     metric = metric_for(env_id)
     env = gym.make(env_id, **options)
     try:
-        report = evaluate(agent, env, env_id, episodes, seed, metric=None if metric is None else metric.fn)
+        report = evaluate(make_agent(env), env, env_id, episodes, seed, metric=None if metric is None else metric.fn)
     finally:
         env.close()
     return {"success_rate": report.success_rate, "failure_rate": report.failure_rate,
@@ -112,17 +117,30 @@ def finetune_rl(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dic
             ev = evaluate_policy(Policy.load(policy_path), env, spec, real.eval_seed, real.error_keys)
         finally:
             env.close()
-        return {k: v for k, v in ev.to_json().items() if not isinstance(v, list)}
+        return rl_row(ev.to_json())
 
     results: dict[str, Any] = {"pretrained": {"real": fly_policy(pretrained / "policy")}}
     for method in f.methods:
         rl = dataclasses.replace(tune, env_options=simulator_options(cfg, run, method, tune.env_options))
         trained = train_rl(rl, Path(run) / "finetune" / method, progress=progress)
-        results[method] = {"sim": {k: v for k, v in trained.final.to_json().items() if not isinstance(v, list)},
+        results[method] = {"sim": rl_row(trained.final.to_json()),
                            "real": fly_policy(trained.policy_path), "train_seconds": trained.train_seconds,
                            "steps": trained.steps}
     return {"kind": "rl", "robot": cfg.robot, "real_env": real_id, "rl_config": f.rl_config,
             "episodes": f.eval_episodes, "methods": results}
+
+
+def rl_row(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """An RL evaluation's scalars, plus the closed-loop row's keys every path shares.
+
+    ``success_rate``, ``failure_rate`` (crashes, falls) and ``metric`` (the task's error, None when not
+    measured): tables and plots read this one schema.
+    """
+    row = {k: v for k, v in evaluation.items() if not isinstance(v, list)}
+    error = row.get("error_mean")
+    row["failure_rate"] = row.get("crash_rate")
+    row["metric"] = None if error is None or not np.isfinite(error) else error
+    return row
 
 
 def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[str, Any]:
@@ -150,20 +168,11 @@ def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) ->
         raise AlignmentError(f"finetune.eval_seed: {f.eval_seed}.. overlaps the actors' training seeds "
                              f"{base.actor.seed}..{last_seed - 1}")
 
-    def agent_of(online: OnlineConfig, folder: Path | None, env: Any) -> Any:
-        if folder is not None:
-            return evaluation_agent(online, folder, env)
-        return frozen_start(online, env)
-
     def fly_in(online: OnlineConfig, folder: Path | None, env_id: str, options: dict[str, Any]) -> dict[str, Any]:
-        import gymnasium as gym
+        def make_agent(env: Any) -> Any:  # the agent may read the env (which scripted expert, its rate)
+            return frozen_start(online, env) if folder is None else evaluation_agent(online, folder, env)
 
-        env = gym.make(env_id, **options)  # the agent may read the env (the scripted expert's model)
-        try:
-            agent = agent_of(online, folder, env)
-        finally:
-            env.close()
-        return fly(agent, env_id, options, f.eval_episodes, f.eval_seed)
+        return fly(make_agent, env_id, options, f.eval_episodes, f.eval_seed)
 
     results: dict[str, Any] = {"frozen": {"sim": fly_in(base, None, base.actor.env_id, base.actor.env_options),
                                           "real": fly_in(base, None, real_id, real_options)}}
@@ -201,12 +210,9 @@ def format_closed_loop(summary: dict[str, Any]) -> str:
     Failures are crashes and falls; NaN: not measured (PPO's pre-trained policy in a simulator, a task without a
     metric) or every episode failed.
     """
-    nan = float("nan")
-
-    def cells(row: dict[str, Any]) -> tuple[float, float, float]:
-        fail = row.get("crash_rate", row.get("failure_rate", nan))
-        error = row.get("error_mean", row.get("metric"))
-        return row.get("success_rate", nan), fail, nan if error is None else error
+    def cells(row: dict[str, Any]) -> list[float]:
+        return [float("nan") if row.get(k) is None else float(row[k]) for k in ("success_rate", "failure_rate",
+                                                                                 "metric")]
 
     lines = [f"{'trained in':14s}{'sim success':>12s}{'sim error':>11s}{'real success':>14s}{'real fail':>11s}"
              f"{'real error':>12s}"]

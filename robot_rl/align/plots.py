@@ -77,21 +77,15 @@ def plot_closed_loop(summary: dict[str, Any], path: Path) -> Path:
 
     methods = list(summary["methods"])
     rows = summary["methods"]
-    panels = []
-    if any(r["real"].get("success_rate") is not None for r in rows.values()):
-        panels.append(("success_rate", "success rate"))
-    if any(r["real"].get("metric") is not None or "error_mean" in r["real"] for r in rows.values()):
-        panels.append(("metric", "task error (episodes that did not fail)"))
-    panels.append(("failure_rate", "failed (crash, fall)"))  # always measured
+    panels = [(key, label) for key, label in (("success_rate", "success rate"),
+                                              ("metric", "task error (episodes that did not fail)"),
+                                              ("failure_rate", "failed (crash, fall)"))
+              if any(r["real"].get(key) is not None for r in rows.values())]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
     x = np.arange(len(methods))
 
     def value(row: dict[str, Any], key: str) -> float:
-        aliases = {"metric": ("metric", "error_mean"), "failure_rate": ("failure_rate", "crash_rate")}
-        for k in aliases.get(key, (key,)):
-            if row.get(k) is not None:
-                return float(row[k])
-        return float("nan")
+        return float("nan") if row.get(key) is None else float(row[key])
 
     for ax, (key, label) in zip(axes[0], panels, strict=True):
         for offset, where, color in ((-0.2, "sim", "tab:gray"), (0.2, "real", "tab:blue")):

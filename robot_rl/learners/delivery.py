@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,12 +43,11 @@ class Outbox:
         self.limit = limit_batches
         self.dropped = 0
         """Unacknowledged batches dropped because the outbox was full (the learner was away too long)."""
-        found = self._seqs()
+        found = sorted(int(m.group(1)) for p in self.folder.iterdir() if (m := BATCH_FILE.match(p.name)))
+        self._pending: deque[int] = deque(found)
+        """Sequence numbers on disk, oldest first (read from the folder once; kept in step with it after)."""
         self.next_seq = (found[-1] + 1) if found else 1
         self.acked = (found[0] - 1) if found else 0
-
-    def _seqs(self) -> list[int]:
-        return sorted(int(m.group(1)) for p in self.folder.iterdir() if (m := BATCH_FILE.match(p.name)))
 
     def _path(self, seq: int) -> Path:
         return self.folder / f"{seq:012d}.safetensors"
@@ -61,10 +61,10 @@ class Outbox:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path(seq))
+        self._pending.append(seq)
         self.next_seq += 1
-        pending = self._seqs()
-        for old in pending[:max(0, len(pending) - self.limit)]:
-            self._path(old).unlink(missing_ok=True)
+        while len(self._pending) > self.limit:
+            self._path(self._pending.popleft()).unlink(missing_ok=True)
             self.dropped += 1
         return seq
 
@@ -74,13 +74,12 @@ class Outbox:
 
     def pending(self) -> list[tuple[int, bytes]]:
         """Every unacknowledged batch, oldest first, as ``(seq, safetensors bytes)``."""
-        return [(seq, self._path(seq).read_bytes()) for seq in self._seqs()]
+        return [(seq, self._path(seq).read_bytes()) for seq in self._pending]
 
     def ack(self, seq: int) -> None:
         """The learner's checkpoint holds every batch up to ``seq``: forget them."""
-        for old in self._seqs():
-            if old <= seq:
-                self._path(old).unlink(missing_ok=True)
+        while self._pending and self._pending[0] <= seq:
+            self._path(self._pending.popleft()).unlink(missing_ok=True)
         self.acked = max(self.acked, seq)
 
     def resume_after(self, learner_mark: int) -> None:

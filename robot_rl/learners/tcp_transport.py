@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
 import ssl
 import threading
@@ -108,8 +109,6 @@ class TcpTransitionServer:
 
     def receive(self, timeout: float = 0.0) -> list[Transition]:
         """New transitions from every actor (re-sent batches skipped), waiting up to ``timeout`` for the first."""
-        import select
-
         with self._lock:
             links = list(self.links.values())
         out: list[Transition] = []
@@ -221,8 +220,6 @@ class TcpActorClient:
 
     def poll_acks(self, timeout: float = 0.0) -> int:
         """Apply the learner's acknowledgements that arrived (waiting up to ``timeout``); returns the acked mark."""
-        import select
-
         while self._sock is not None and select.select([self._sock], [], [], timeout)[0]:
             try:
                 header, _ = recv_frame(self._sock, max_payload=0)
