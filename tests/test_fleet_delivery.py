@@ -116,3 +116,9 @@ def test_gaps_bad_state_and_a_full_outbox_are_reported(tmp_path: Path) -> None:
     for k in range(5):
         box.add([step(0, k)])
     assert box.dropped == 3 and [s for s, _ in box.pending()] == [4, 5]
+    # the learner had none of them: the gap before the oldest batch held is the outbox's drop, declared
+    learner = Inbox()
+    assert all(learner.accept("small", s, box.oldest) for s, _ in box.pending())
+    assert learner.lost == {"small": 3} and learner.received == {"small": 5}
+    with pytest.raises(ValueError, match="missing"):  # a gap the actor does not declare
+        learner.accept("small", 7, oldest=6)

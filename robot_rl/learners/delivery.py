@@ -68,6 +68,15 @@ class Outbox:
             self.dropped += 1
         return seq
 
+    @property
+    def oldest(self) -> int | None:
+        """The oldest batch still held, None when empty.
+
+        Sent with every batch: the learner then knows that a gap before it is what this outbox dropped when
+        full, not batches lost on the way.
+        """
+        return self._pending[0] if self._pending else None
+
     def read(self, seq: int) -> bytes:
         """The safetensors bytes of batch ``seq`` (FileNotFoundError once acknowledged or dropped)."""
         return self._path(seq).read_bytes()
@@ -101,22 +110,29 @@ class Inbox:
         """Actor id -> highest sequence number inside the last checkpoint."""
         self.duplicates = 0
         """Re-sent batches skipped."""
+        self.lost: dict[str, int] = {}
+        """Actor id -> batches its full outbox dropped before the learner had them (declared, counted)."""
 
     def mark(self, actor: str) -> int:
         """What the learner's checkpoint holds of ``actor`` (sent back in the handshake: numbering resumes there)."""
         return self.checkpointed.get(actor, 0)
 
-    def accept(self, actor: str, seq: int) -> bool:
+    def accept(self, actor: str, seq: int, oldest: int | None = None) -> bool:
         """Whether batch ``seq`` of ``actor`` is new (store it) or a re-send (skip it).
 
-        Raises ValueError for a gap: an actor sends in order, so a gap means batches were lost for good.
+        ``oldest`` is the oldest batch the actor still holds: a gap right before it is what the actor's full
+        outbox dropped (counted in :attr:`lost`). Raises ValueError for any other gap: an actor sends in order,
+        so those batches went missing on the way.
         """
         last = self.received.get(actor, self.checkpointed.get(actor, 0))
         if seq <= last:
             self.duplicates += 1
             return False
         if seq != last + 1:
-            raise ValueError(f"actor {actor!r}: batch {seq} after {last}; batches {last + 1}..{seq - 1} are missing")
+            if oldest != seq:
+                raise ValueError(f"actor {actor!r}: batch {seq} after {last}; batches {last + 1}..{seq - 1} are "
+                                 f"missing")
+            self.lost[actor] = self.lost.get(actor, 0) + seq - last - 1
         self.received[actor] = seq
         return True
 

@@ -123,10 +123,12 @@ class TcpTransitionServer:
             try:
                 while True:
                     header, payload = recv_frame(link.sock, self.max_payload)
-                    if header["type"] != "batch" or not isinstance(header.get("seq"), int):
+                    oldest = header.get("oldest")
+                    if header["type"] != "batch" or not isinstance(header.get("seq"), int) \
+                            or not (oldest is None or isinstance(oldest, int)):
                         raise FrameError(f"unexpected {header['type']!r} message")
                     batch = decode_transitions(payload)
-                    if self.inbox.accept(link.actor, header["seq"]):
+                    if self.inbox.accept(link.actor, header["seq"], oldest):
                         out.extend(batch)
                         link.steps += len(batch)
                     link.batches += 1
@@ -200,7 +202,7 @@ class TcpActorClient:
                 raise FrameError(f"expected the learner's resume mark, got {header}")
             self.outbox.resume_after(header["mark"])
             for seq, payload in self.outbox.pending():
-                send_frame(sock, {"type": "batch", "seq": seq}, payload)
+                send_frame(sock, {"type": "batch", "seq": seq, "oldest": self.outbox.oldest}, payload)
         except BaseException:
             raw.close()
             raise
@@ -213,7 +215,7 @@ class TcpActorClient:
         if self._sock is None:
             return
         try:
-            send_frame(self._sock, {"type": "batch", "seq": seq}, self.outbox.read(seq))
+            send_frame(self._sock, {"type": "batch", "seq": seq, "oldest": self.outbox.oldest}, self.outbox.read(seq))
         except OSError:
             self._sock = None
         self.poll_acks()
