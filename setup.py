@@ -118,6 +118,9 @@ setup(
         "gpu": ["mujoco-warp>=4.0,<4.1"],
         # benchmarks/sb3_sac_pick_lift.py: stable-baselines3 SAC as the outside reference (uses the torch above).
         "bench": ["stable-baselines3>=2.4"],
+        # Fleets across machines: the learner and simulated actors as Ray actors placed on a cluster's nodes
+        # (robot_rl.learners.ray_fleet). Real robots join over TCP without it (robot_rl.learners.tcp_transport).
+        "fleet": ["ray>=2.60,<3"],
     },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

@@ -3,6 +3,9 @@
     robot-rl online run --policy runs/bc/policy --demos data/pick.zarr --run runs/online   # all of it
     robot-rl online learner --run runs/online        # or by hand: the learner (reads runs/online/online.yaml)
     robot-rl online actor --run runs/online --index 1   # ... and any number of actors, in other terminals
+    robot-rl online actor --connect learner-host:7450 --secret-file learner.key   # an actor on another machine
+    robot-rl online run --ray auto --config ... --run runs/fleet   # learner + actors placed on a Ray cluster
+    robot-rl online status runs/online               # actors, learner, interventions (also in TensorBoard)
 
 ``run`` writes the config into the run folder and starts the others as child processes. The learner
 checkpoints into the run folder, so ``robot-rl online learner --run ...`` after a crash resumes with its
@@ -43,14 +46,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--demos", help="episode store of demonstrations to mix in (overrides the config)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. actor.episodes=20 (repeatable)")
+    run.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                     help="run the learner and the actors as Ray actors on a cluster (ADDRESS: 'auto' for the one "
+                          "running here, host:6379, or nothing to start a local one; needs robot_rl[fleet])")
     add_role_parsers(sub)
+    status = sub.add_parser("status", help="actors, learner and interventions of a running (or finished) run")
+    status.add_argument("run_folder", metavar="RUN", help="the run folder the learner writes to")
 
 
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the role (the learner and actor roles are the core's, in robot_rl.learners.roles)."""
     from robot_rl.core.config import ConfigError, load_config
     from robot_rl.learners.online_config import OnlineConfig, default_config_path
-    from robot_rl.learners.roles import exit_with_parent, run_actor_role, run_learner
+    from robot_rl.learners.roles import exit_with_parent, run_role
+    from robot_rl.learners.wire import AuthError
 
     try:
         if args.role == "run":
@@ -62,16 +71,23 @@ def run(args: argparse.Namespace) -> int:
             base_is_expert = cfg.learner.algorithm == "residual" and cfg.learner.residual.base == "expert"
             if not cfg.policy and not base_is_expert and cfg.learner.algorithm != "rlpd":
                 raise ConfigError("policy: no policy to fine-tune (give --policy)")
+            if args.ray is not None:
+                return _run_ray(cfg, Path(args.run), args.ray, args.seconds)
             return _run_all(cfg, Path(args.run), args.seconds)
         if args.exit_with_parent is not None:
             exit_with_parent(args.exit_with_parent)
-        if args.role == "learner":
-            run_learner(args.run, args.max_seconds)
-        else:
-            run_actor_role(args.run, args.index)
-    except (ConfigError, FileNotFoundError) as exc:
+        if args.role == "status":
+            from robot_rl.learners.fleet_status import format_status, read_status
+
+            print(format_status(read_status(args.run_folder)))
+            return 0
+        run_role(args)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"robot-rl online: error: {exc}")
         return 2
+    except AuthError as exc:
+        print(f"robot-rl online: the learner refused this actor: {exc}")
+        return 3
     return 0
 
 
@@ -86,4 +102,14 @@ def _run_all(cfg: OnlineConfig, folder: Path, seconds: float | None = None) -> i
               f"{b['takeovers']:>13.2f} {'v' + str(b['version']):>8}")
     png = plot_learning_curve(result, folder / "learning_curve.png", title=cfg.learner.algorithm)
     print(f"{len(result.episodes)} episodes in {result.seconds:.0f} s; learning curve: {png}")
+    return 0
+
+
+def _run_ray(cfg: OnlineConfig, folder: Path, address: str, seconds: float | None = None) -> int:
+    from robot_rl.learners.ray_fleet import run_on_ray
+
+    result = run_on_ray(cfg, folder, address=None if address == "local" else address, budget_s=seconds)
+    print(f"{len(result.episodes)} episodes from {cfg.actors} Ray actors in {result.seconds:.0f} s; "
+          f"the learner holds {result.learner[-1]['steps'] if result.learner else 0} steps; status: "
+          f"robot-rl online status {folder}")
     return 0

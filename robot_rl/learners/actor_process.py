@@ -104,8 +104,15 @@ def evaluation_agent(cfg: OnlineConfig, folder: Path, env: gym.Env[Any, Any]) ->
     return Policy.load(folder)
 
 
-def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool = False) -> list[dict[str, Any]]:
-    """Run ``cfg.actor.episodes`` episodes as actor ``index``; returns (and logs) one record per episode."""
+def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool = False,
+              sender: Any = None, stop: threading.Event | None = None) -> list[dict[str, Any]]:
+    """Run ``cfg.actor.episodes`` episodes as actor ``index``; returns (and logs) one record per episode.
+
+    ``sender``: where the transitions go (default: the learner of ``run`` on this machine); a
+    :class:`~robot_rl.learners.tcp_transport.TcpActorClient` for a learner on another machine (its weights
+    arrive in ``run/weights``). ``stop``: set it to end the run after the current episode (SIGTERM and
+    SIGINT do the same when this runs on the main thread).
+    """
     ac = cfg.actor
     run = Path(run)
     torch.set_num_threads(ac.num_threads)
@@ -116,12 +123,15 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     human_cfg = dataclasses.replace(ac.human, seed=ac.human.seed + index, action_risk=ac.human_risk == "action")
     human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(ac.env_id) if ac.human_risk == "grasp" else None)
     env, agent, base_agent = make_agent(cfg, env, run)
-    sender = ReconnectingSender(run, ac.pending_limit)
+    if sender is None:
+        sender = ReconnectingSender(run, ac.pending_limit)
+    else:
+        sender.version = lambda: agent.version  # reported to the learner with every batch
     stream = BatchingSender(sender, ac.send_every)
     hooks = EpisodeHooks(on_transition=stream.add, policy_version=lambda: agent.version)
     log = run / f"actor_{index}.jsonl"
     records: list[dict[str, Any]] = []
-    stop = threading.Event()
+    stop = stop or threading.Event()
     previous = _on_stop_signals(stop)
     try:
         for k in tqdm(range(ac.episodes), desc=f"actor {index}", disable=not progress):
@@ -140,7 +150,7 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
             records.append(record)
             with log.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
-        sender.flush(timeout=30.0)
+        sender.flush(timeout=max(30.0, cfg.fleet.ack_wait_s))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -157,3 +167,45 @@ def _on_stop_signals(stop: threading.Event) -> dict[int, Any]:
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, lambda *_: stop.set())
     return previous
+
+
+def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, index: int = 0, name: str = "",
+                     tls_ca: str = "", overrides: list[str] | None = None, join_timeout: float = 60.0,
+                     progress: bool = False, stop: threading.Event | None = None) -> list[dict[str, Any]]:
+    """An actor on another machine: join the learner at ``address`` over TCP and run the run's episodes.
+
+    The learner sends the run's config and its weights; ``workdir`` keeps them, the actor's episode log and
+    its outbox (``outbox/<name>``: batches not yet in a learner checkpoint, re-sent by the next actor started
+    with the same ``name`` and ``workdir``). ``overrides`` (``key=value``) change this actor's copy of the
+    config, e.g. ``actor.env_id=...`` for a fleet that mixes tasks.
+    """
+    from robot_rl.core.config import load_config
+    from robot_rl.learners.delivery import Outbox
+    from robot_rl.learners.fleet_status import this_host
+    from robot_rl.learners.roles import CONFIG_FILE
+    from robot_rl.learners.tcp_transport import TcpActorClient
+    from robot_rl.learners.wire import tls_client_context
+
+    workdir = Path(workdir)
+    name = name or f"{this_host()}-{index}"
+    tls = tls_client_context(tls_ca) if tls_ca else None
+    task = next((o.split("=", 1)[1] for o in overrides or [] if o.startswith("actor.env_id=")), None)
+    info = {"host": this_host(), "index": index, **({"task": task} if task else {})}
+    client = TcpActorClient(address, key, name, Outbox(workdir / "outbox" / name, journal=True), info=info, tls=tls,
+                            weights_dir=workdir / "weights")
+    deadline = time.monotonic() + join_timeout
+    while True:
+        try:
+            client.connect()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    config = client.welcome.get("config")
+    if not isinstance(config, str):
+        client.close()
+        raise ValueError(f"the learner at {address[0]}:{address[1]} sent no run config")
+    (workdir / CONFIG_FILE).write_text(config, encoding="utf-8")
+    cfg = load_config(OnlineConfig, workdir / CONFIG_FILE, overrides or [])
+    return run_actor(cfg, workdir, index, progress, sender=client, stop=stop)

@@ -236,6 +236,39 @@ class ReplayBuffer:
         return buf
 
 
+def truncate_saved(folder: str | Path, upto: int) -> int:
+    """Cut a saved buffer back to its first ``upto`` rows (what a checkpoint's commit names); returns rows cut.
+
+    A learner killed after saving its buffers but before committing the checkpoint left rows that the
+    commit does not cover; actors re-send those, so they must go or they would be stored twice. A missing
+    folder becomes an empty saved buffer.
+    """
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_json(folder / MANIFEST, {"format": FORMAT, "capacity": 1, "total_added": 0, "chunks": []})
+        return 0
+    manifest = _read_manifest(folder)
+    total = int(manifest["total_added"])
+    if upto >= total:
+        return 0
+    kept: list[list[int]] = []
+    for begin, end in manifest["chunks"]:
+        file = folder / f"chunk_{int(begin):012d}.safetensors"
+        if begin >= upto:
+            file.unlink(missing_ok=True)
+            continue
+        if end > upto:  # rewrite the chunk that straddles the mark with its first rows only
+            cols = load_file(str(file))
+            tmp = folder / f".{file.name}.tmp"
+            save_file({k: np.ascontiguousarray(v[: upto - begin]) for k, v in cols.items()}, str(tmp))
+            os.replace(tmp, file)
+            end = upto
+        kept.append([int(begin), int(end)])
+    _write_json(folder / MANIFEST, {**manifest, "total_added": int(upto), "chunks": kept})
+    return total - upto
+
+
 def _read_manifest(folder: Path) -> dict[str, Any]:
     file = folder / MANIFEST
     if not file.is_file():

@@ -18,6 +18,7 @@ it the oldest unacknowledged batches are dropped and counted, never silently.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,16 +27,34 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from robot_rl.core.transition import Transition
-from robot_rl.learners.buffers import encode_transitions
+from robot_rl.learners.buffers import decode_transitions, encode_transitions
 
 BATCH_FILE = re.compile(r"^(\d{12})\.safetensors$")
+JOURNAL_FILE = "journal.jsonl"
+
+
+def _digest(episode_id: int, step: int, action: np.ndarray) -> str:
+    data = f"{int(episode_id)}:{int(step)}:".encode() + np.asarray(action, np.float32).tobytes()
+    return hashlib.sha1(data).hexdigest()[:16]
+
+
+def transition_digest(t: Transition) -> str:
+    """A short fingerprint of one step (episode, step, action): what the exactly-once checks compare."""
+    return _digest(t.episode_id, t.step, t.action)
+
+
+def row_digests(columns: dict[str, np.ndarray], n: int) -> list[str]:
+    """:func:`transition_digest` of the first ``n`` rows of a buffer's columns (a checkpoint's stored steps)."""
+    return [_digest(columns["episode_id"][i], columns["step"][i], columns["action"][i]) for i in range(n)]
 
 
 class Outbox:
     """The actor's unacknowledged batches on disk, numbered ``1, 2, ...`` per actor id."""
 
-    def __init__(self, folder: str | Path, limit_batches: int = 100_000) -> None:
+    def __init__(self, folder: str | Path, limit_batches: int = 100_000, journal: bool = False) -> None:
         if limit_batches < 1:
             raise ValueError(f"limit_batches: must be >= 1, got {limit_batches}")
         self.folder = Path(folder)
@@ -48,6 +67,26 @@ class Outbox:
         """Sequence numbers on disk, oldest first (read from the folder once; kept in step with it after)."""
         self.next_seq = (found[-1] + 1) if found else 1
         self.acked = (found[0] - 1) if found else 0
+        self.journal = self.folder / JOURNAL_FILE if journal else None
+        """``journal.jsonl``: one line per batch ever added (seq + a digest per step), kept after acks: an audit
+        of what this actor produced, which a learner's checkpoint can be checked against."""
+        if self.journal is not None:  # batches written by an actor killed before it journaled them
+            known = {json.loads(line)["seq"] for line in self._journal_lines()}
+            for seq in found:
+                if seq not in known:
+                    self._log(seq, decode_transitions(self.read(seq)))
+
+    def _journal_lines(self) -> list[str]:
+        return _journal_lines(self.journal)
+
+    def _log(self, seq: int, transitions: Sequence[Transition]) -> None:
+        assert self.journal is not None
+        with self.journal.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"seq": seq, "steps": [transition_digest(t) for t in transitions]}) + "\n")
+
+    def journaled(self) -> list[str]:
+        """Digests of every step this outbox (and earlier actors on its folder) ever added, in order."""
+        return read_journal(self.folder)
 
     def _path(self, seq: int) -> Path:
         return self.folder / f"{seq:012d}.safetensors"
@@ -61,6 +100,8 @@ class Outbox:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path(seq))
+        if self.journal is not None:
+            self._log(seq, transitions)
         self._pending.append(seq)
         self.next_seq += 1
         while len(self._pending) > self.limit:
@@ -76,6 +117,10 @@ class Outbox:
         full, not batches lost on the way.
         """
         return self._pending[0] if self._pending else None
+
+    def numbers(self) -> list[int]:
+        """Sequence numbers of the batches held (unacknowledged), oldest first."""
+        return list(self._pending)
 
     def read(self, seq: int) -> bytes:
         """The safetensors bytes of batch ``seq`` (FileNotFoundError once acknowledged or dropped)."""
@@ -98,6 +143,18 @@ class Outbox:
         """
         self.ack(learner_mark)
         self.next_seq = max(self.next_seq, learner_mark + 1)
+
+
+def _journal_lines(journal: Path | None) -> list[str]:
+    if journal is None or not journal.is_file():
+        return []
+    lines = journal.read_text(encoding="utf-8").splitlines()
+    return [line for line in lines if line.endswith("}")]  # a torn last line of a killed actor
+
+
+def read_journal(folder: str | Path) -> list[str]:
+    """Step digests an outbox folder's journal lists, read-only (safe while its actor runs)."""
+    return [d for line in _journal_lines(Path(folder) / JOURNAL_FILE) for d in json.loads(line)["steps"]]
 
 
 class Inbox:
@@ -167,3 +224,51 @@ class Inbox:
         """:meth:`restore` from a file written by :meth:`save`; a missing file is a fresh learner."""
         path = Path(path)
         return cls.restore(json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None)
+
+
+# ---------------------------------------------------------------------------- the checkpoint's commit record
+COMMIT_FILE = "commit.json"
+"""Written last by every checkpoint: what the checkpoint holds. Parts saved after it are not part of it."""
+
+
+def write_commit(checkpoint: str | Path, inbox: Inbox, buffers: dict[str, int], held: bytes | None) -> int:
+    """Seal a checkpoint whose buffers (and networks) are already saved; returns its number.
+
+    ``buffers``: saved buffer folder (under ``checkpoint``) -> rows the checkpoint holds; ``held``: the
+    algorithm's received steps not yet in a buffer (safetensors bytes), kept in a file of this commit's own.
+    The inbox marks are marked checkpointed only after the commit is on disk (the caller acknowledges them).
+    """
+    ckpt = Path(checkpoint)
+    ckpt.mkdir(parents=True, exist_ok=True)
+    previous = read_commit(ckpt)
+    number = (previous or {}).get("number", 0) + 1
+    held_name = None
+    if held:
+        held_name = f"held_{number:09d}.safetensors"
+        tmp = ckpt / f".{held_name}.tmp"
+        tmp.write_bytes(held)
+        os.replace(tmp, ckpt / held_name)
+    marks = {**inbox.checkpointed, **inbox.received}
+    record = {"number": number, "buffers": {k: int(v) for k, v in buffers.items()}, "held": held_name,
+              "inbox": {"checkpointed": marks}, "lost": dict(inbox.lost)}
+    tmp = ckpt / f".{COMMIT_FILE}.tmp"
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(json.dumps(record))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, ckpt / COMMIT_FILE)
+    for old in ckpt.glob("held_*.safetensors"):
+        if old.name != held_name:
+            old.unlink(missing_ok=True)
+    return int(number)
+
+
+def read_commit(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The last commit record of a checkpoint folder, None when there is none (a fresh learner)."""
+    file = Path(checkpoint) / COMMIT_FILE
+    if not file.is_file():
+        return None
+    record = json.loads(file.read_text(encoding="utf-8"))
+    if not isinstance(record, dict) or not isinstance(record.get("buffers"), dict):
+        raise ValueError(f"{file}: not a checkpoint commit record")
+    return record

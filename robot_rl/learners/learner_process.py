@@ -42,11 +42,15 @@ import numpy as np
 import torch
 
 from robot_rl.core.transition import Transition
-from robot_rl.learners.buffers import ReplayBuffer
+from robot_rl.learners.buffers import ReplayBuffer, decode_transitions, encode_transitions, truncate_saved
+from robot_rl.learners.delivery import Inbox, read_commit, write_commit
+from robot_rl.learners.fleet_status import FleetStatus, this_host
 from robot_rl.learners.hg_dagger import HGDAggerLearner
 from robot_rl.learners.online_config import LearnerConfig, OnlineConfig
 from robot_rl.learners.residual import ResidualAlgorithm
 from robot_rl.learners.rlpd import RLPDAlgorithm
+from robot_rl.learners.roles import CONFIG_FILE
+from robot_rl.learners.tcp_transport import TcpTransitionServer
 from robot_rl.learners.transport import (
     SocketTransitionServer,
     WeightsPublisher,
@@ -54,6 +58,7 @@ from robot_rl.learners.transport import (
     load_or_create_key,
     socket_address,
 )
+from robot_rl.learners.wire import pack_weights, tls_server_context
 from robot_rl.policies.base import Policy
 from robot_rl.training.checkpoint import load_training_state, save_training_state
 from robot_rl.training.dataset import ChunkDataset
@@ -85,6 +90,10 @@ class OnlineAlgorithm(Protocol):
 
     def add(self, transitions: Sequence[Transition]) -> None:
         """Take received steps."""
+
+    def held(self) -> list[Transition]:
+        """Received steps not yet in a buffer (waiting for their final reward); the checkpoint keeps them."""
+        ...
 
     def train_allowed(self) -> int:
         """Gradient steps allowed now (0 while waiting for data)."""
@@ -149,6 +158,10 @@ class HGDAggerAlgorithm:
             self.steps.extend(transitions)
             self.learner.add_rollout(list(transitions))
 
+    def held(self) -> list[Transition]:
+        """None: every step goes straight into the buffers."""
+        return []
+
     def train_allowed(self) -> int:
         """0 until enough human data, then bounded by the update-to-data ratio."""
         lc = self.lc
@@ -209,7 +222,21 @@ class OnlineLearner:
         torch.set_num_threads(cfg.learner.num_threads)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt = self.run_dir / "checkpoint"
+        self.tcp: TcpTransitionServer | None = None
+        """The TCP endpoint of actors on other machines while :meth:`run` serves with ``fleet.listen``."""
+        self.commits = 0
+        self.last_checkpoint: float | None = None
+        self._local_actors: dict[int, dict[str, Any]] = {}
+        """Per actor of this machine's socket (episode ids of actor i start at 1_000_000 * i): counters."""
+        commit = self._restore_commit()
         self.algorithm = make_algorithm(cfg, self.ckpt)
+        if commit is not None and commit.get("held"):
+            self.algorithm.add(decode_transitions((self.ckpt / commit["held"]).read_bytes()))
+        self.inbox = Inbox.restore(commit["inbox"] if commit else None)
+        """Which batches of which TCP actor the learner holds (their marks are part of every checkpoint)."""
+        self.inbox.lost = dict((commit or {}).get("lost", {}))
+        if commit is None:
+            self.checkpoint()  # a first, empty commit: a learner killed before its first checkpoint starts afresh
         self.resumed_from = self.algorithm.resumed_from
         self.publisher = WeightsPublisher(self.run_dir / "weights", keep=cfg.learner.keep_versions,
                                           marker=self.algorithm.marker)
@@ -232,10 +259,18 @@ class OnlineLearner:
         """Every received step."""
         return self.algorithm.steps
 
-    def add(self, transitions: list[Transition]) -> None:
-        """Hand received steps to the algorithm."""
-        if transitions:
-            self.algorithm.add(transitions)
+    def add(self, transitions: list[Transition], local: bool = False) -> None:
+        """Hand received steps to the algorithm (``local``: from this machine's socket, counted per actor)."""
+        if not transitions:
+            return
+        self.algorithm.add(transitions)
+        if local:
+            now = time.time()
+            for t in transitions:
+                c = self._local_actors.setdefault(t.episode_id // 1_000_000, {"steps": 0, "interventions": 0})
+                c["steps"] += 1
+                c["interventions"] += int(t.is_intervention)
+                c["version"], c["last_seen"] = t.policy_version, now
 
     def train_allowed(self) -> int:
         """Gradient steps allowed now (the algorithm decides: data, warm-up, update-to-data ratio)."""
@@ -260,6 +295,7 @@ class OnlineLearner:
             self._last_publish = self.updates
             return self.publisher.version
         version = self.publisher.publish(self.algorithm.publish)
+        self._broadcast(version)
         self._last_publish = self.updates
         line = {"t": time.time(), "version": version, "updates": self.updates,
                 "loss": float(np.mean(self._losses)) if self._losses else None,
@@ -283,10 +319,32 @@ class OnlineLearner:
                    "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps,
                    "error": why})
 
+    def _restore_commit(self) -> dict[str, Any] | None:
+        """Cut the saved buffers back to what the last commit holds (parts saved after it do not count)."""
+        commit = read_commit(self.ckpt)
+        if commit is None:  # a fresh learner (or a checkpoint from before commit records: resumed as it is)
+            return None
+        self.commits = int(commit["number"])
+        for name, rows in commit["buffers"].items():
+            truncate_saved(self.ckpt / name, int(rows))
+        return commit
+
     def checkpoint(self) -> None:
-        """Everything a restart needs (the algorithm saves its buffers before the state naming their counts)."""
+        """Everything a restart needs, sealed by a commit record; then the TCP actors hear what is safe.
+
+        The algorithm saves its buffers before the state naming their counts; the commit (written last)
+        names the rows, the held steps and the actors' batch marks that belong to this checkpoint.
+        """
         self.algorithm.checkpoint()
+        held = self.algorithm.held()
+        self.commits = write_commit(self.ckpt, self.inbox, {"steps": self.steps.total_added,
+                                                            "interventions": self.algorithm.interventions.total_added},
+                                    encode_transitions(held) if held else None)
+        marks = self.inbox.checkpoint_done()
+        if self.tcp is not None:
+            self.tcp.acknowledge(marks)
         self._last_ckpt = time.monotonic()
+        self.last_checkpoint = time.time()
 
     def stop(self, *_: Any) -> None:
         """Finish the current cycle, checkpoint, publish, exit (signal handler)."""
@@ -298,37 +356,93 @@ class OnlineLearner:
 
         ``handle_signals=False`` when running on a thread (e.g. inside a ROS node that owns the signals).
         """
-        lc = self.cfg.learner
+        lc, fleet = self.cfg.learner, self.cfg.fleet
         address = socket_address(self.run_dir)
         key = load_or_create_key(self.run_dir)
         if os.path.exists(address):
             os.unlink(address)  # a stale socket of a killed learner
         server = SocketTransitionServer(address, key)
+        receivers: list[Any] = [server]
+        if fleet.listen:
+            self.tcp = self._serve_tcp(key)
+            receivers.append(self.tcp)
+        status = FleetStatus(self.run_dir)
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self.stop)
         if self.publisher.version == 0 or self.resumed_from is not None:
             self.publish()  # actors start from (or return to) the learner's weights
-        announce(self.run_dir, address, {"pid": os.getpid(), "resumed_from": self.resumed_from})
-        start = time.monotonic()
+        elif self.tcp is not None:
+            self._broadcast(self.publisher.version)
+        tcp = None if self.tcp is None else list(self.tcp.address)
+        announce(self.run_dir, address, {"pid": os.getpid(), "host": this_host(), "tcp": tcp,
+                                         "resumed_from": self.resumed_from})
+        start = last_status = time.monotonic()
         try:
             while not self._stop and not (self.run_dir / "STOP").exists():
                 if max_seconds is not None and time.monotonic() - start > max_seconds:
                     break
                 n = self.train_allowed()
-                self.add(server.receive(timeout=0.0 if n else 0.05))
+                for receiver in receivers:
+                    self.add(receiver.receive(timeout=0.0 if n or receiver is not server else 0.05),
+                             local=receiver is server)
                 if n:
                     self.train(n)
                 if self.updates - self._last_publish >= lc.publish_every:
                     self.publish()
-                if time.monotonic() - self._last_ckpt >= lc.checkpoint_every_s:
+                since = time.monotonic() - self._last_ckpt
+                asked = self.tcp is not None and self.tcp.flush_requested and since > 1.0  # an actor is finishing
+                if since >= lc.checkpoint_every_s or asked:
                     self.checkpoint()
-            self.add(server.receive(timeout=0.2))  # what is still in flight
+                if time.monotonic() - last_status >= fleet.status_every_s:
+                    status.update(self.status(), self.actor_status())
+                    last_status = time.monotonic()
+            for receiver in receivers:
+                self.add(receiver.receive(timeout=0.2), local=receiver is server)  # what is still in flight
+            if self.updates != self._last_publish:
+                self.publish()
+            self.checkpoint()  # acknowledged to the TCP actors still connected
+            status.update(self.status(), self.actor_status())
         finally:
             server.close()
-        if self.updates != self._last_publish:
-            self.publish()
-        self.checkpoint()
+            if self.tcp is not None:
+                self.tcp.close()
+                self.tcp = None
+            status.close()
         return {"updates": self.updates, "steps": self.steps.total_added,
                 "human_steps": self.algorithm.human_steps, "version": self.publisher.version,
-                "dropped": list(server.dropped), "failure": self.algorithm.failure}
+                "dropped": list(server.dropped), "failure": self.algorithm.failure, "lost": dict(self.inbox.lost),
+                "duplicates": self.inbox.duplicates}
+
+    # ----------------------------------------------------------------------------- fleet
+    def _serve_tcp(self, key: bytes) -> TcpTransitionServer:
+        """The TCP endpoint of ``fleet.listen`` (TLS with ``fleet.tls_cert``); actors get the run's config."""
+        fleet = self.cfg.fleet
+        host, _, port = fleet.listen.rpartition(":")
+        tls = tls_server_context(fleet.tls_cert, fleet.tls_key) if fleet.tls_cert else None
+        config = (self.run_dir / CONFIG_FILE).read_text(encoding="utf-8") if (self.run_dir / CONFIG_FILE).is_file() \
+            else None
+        return TcpTransitionServer(key, self.inbox, host.strip("[]"), int(port), tls=tls,
+                                   welcome={"config": config, "marker": self.algorithm.marker})
+
+    def _broadcast(self, version: int) -> None:
+        """Offer version ``version`` (already on disk) to the TCP actors."""
+        if self.tcp is not None and version > 0:
+            header, payload = pack_weights(self.run_dir / "weights" / f"v{version}", version)
+            self.tcp.broadcast(version, header, payload)
+
+    def status(self) -> dict[str, Any]:
+        """The learner's counters for ``robot-rl online status``."""
+        return {"pid": os.getpid(), "host": this_host(), "updates": self.updates, "steps": self.steps.total_added,
+                "human_steps": self.algorithm.human_steps, "version": self.publisher.version,
+                "buffers": {"steps": len(self.steps), "interventions": len(self.algorithm.interventions)},
+                "last_checkpoint": self.last_checkpoint, "commit": self.commits,
+                "listen": None if self.tcp is None else "{}:{}".format(*self.tcp.address),
+                "lost": dict(self.inbox.lost), "duplicates": self.inbox.duplicates,
+                "refused": [] if self.tcp is None else self.tcp.refused[-10:], "failure": self.algorithm.failure}
+
+    def actor_status(self) -> list[dict[str, Any]]:
+        """Every actor the learner has heard from: TCP links (connected now) and this machine's socket actors."""
+        task = self.cfg.actor.env_id
+        rows = [{"actor": f"local-{i}", "host": this_host(), "task": task, **c} for i, c in self._local_actors.items()]
+        return rows + ([] if self.tcp is None else self.tcp.status())

@@ -210,6 +210,10 @@ class OffPolicyAlgorithm:
         if ready:
             self.store(ready)
 
+    def held(self) -> list[Transition]:
+        """Received steps waiting for their final reward (the checkpoint keeps them; re-added on resume)."""
+        return [t for episode in self._held.values() for t in episode]
+
     def _penalise(self, prev: Transition, nxt: Transition) -> Transition:
         if nxt.is_intervention and not prev.is_intervention and self.base_cfg.intervention_penalty:
             return prev.replace(reward=prev.reward - self.base_cfg.intervention_penalty)

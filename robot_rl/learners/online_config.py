@@ -116,6 +116,46 @@ class LearnerConfig:
 
 
 @dataclass
+class FleetConfig:
+    """Actors on other machines (TCP) and runs placed on a Ray cluster; empty defaults: one machine only."""
+
+    listen: str = ""
+    """``host:port`` the learner also accepts actors on over TCP (``0.0.0.0:7450`` for every interface, port 0
+    for any free one); "" keeps it to this machine's socket. Actors authenticate with the run's
+    ``learner.key`` (copy it to the robot) and get the config and the weights over the connection."""
+    tls_cert: str = ""
+    """PEM certificate of the learner: TCP connections are TLS when set (with ``tls_key``)."""
+    tls_key: str = ""
+    """PEM private key of ``tls_cert``."""
+    tls_ca: str = ""
+    """PEM certificate(s) actors check the learner's against (its own certificate when self-signed)."""
+    status_every_s: float = 2.0
+    """How often the learner writes ``fleet_status.json`` (``robot-rl online status``) and TensorBoard scalars."""
+    ack_wait_s: float = 60.0
+    """How long a finishing TCP actor waits for the learner to checkpoint its last batches (its outbox keeps
+    whatever is not acknowledged by then, and re-sends it when the actor next connects)."""
+    ray_address: str = ""
+    """Ray cluster to run on (``auto``: the one running on this machine); "" with ``--ray`` starts a local one."""
+    learner_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1.0, "num_gpus": 0.0})
+    """Resources the learner's Ray actor declares (``num_cpus``, ``num_gpus``, and custom ones like ``node:ip``)."""
+    actor_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1.0})
+    """Resources each simulated Ray actor declares (Ray places actors on nodes that have them)."""
+
+    def __post_init__(self) -> None:
+        if self.listen:
+            host, _, port = self.listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+                raise ValueError(f"fleet.listen: expected host:port, got {self.listen!r}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("fleet.tls_cert and fleet.tls_key go together")
+        if not self.status_every_s > 0 or not self.ack_wait_s >= 0:
+            raise ValueError("fleet.status_every_s must be > 0 and fleet.ack_wait_s >= 0")
+        for name, res in (("learner_resources", self.learner_resources), ("actor_resources", self.actor_resources)):
+            if any(not isinstance(v, (int, float)) or v < 0 for v in res.values()):
+                raise ValueError(f"fleet.{name}: amounts must be non-negative numbers, got {res}")
+
+
+@dataclass
 class OnlineConfig:
     """An online fine-tuning run."""
 
@@ -127,6 +167,8 @@ class OnlineConfig:
     """Per-actor settings."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     """Learner settings."""
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    """Actors on other machines and Ray clusters (off by default)."""
 
     def __post_init__(self) -> None:
         if self.actors < 1:

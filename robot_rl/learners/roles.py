@@ -22,6 +22,7 @@ from typing import Any
 
 from robot_rl.core.config import ConfigError, load_config
 from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.wire import AuthError
 
 CONFIG_FILE = "online.yaml"
 """The run folder's config, written by whoever starts the run and read by every role."""
@@ -55,6 +56,38 @@ def run_actor_role(run: str | Path, index: int = 0, log: Callable[[str], None] =
 
     records = run_actor(load_run_config(run), Path(run), index)
     log(f"actor {index}: {sum(r['success'] for r in records)}/{len(records)} episodes succeeded")
+    return records
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:7450`` for IPv6) as a socket address; ValueError when malformed."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected host:port, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def read_secret(path: str | Path) -> bytes:
+    """The run's shared secret from a copy of its ``learner.key`` (hex), e.g. on a robot."""
+    text = Path(path).read_text(encoding="ascii").strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a learner key (hex)") from exc
+    if len(key) < 16:
+        raise ValueError(f"{path}: a key of {len(key)} bytes is too short")
+    return key
+
+
+def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | Path, index: int = 0,
+                          name: str = "", tls_ca: str = "", overrides: Sequence[str] = (),
+                          log: Callable[[str], None] = _say) -> list[dict[str, Any]]:
+    """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes."""
+    from robot_rl.learners.actor_process import run_remote_actor
+
+    records = run_remote_actor(parse_address(connect), read_secret(secret_file), workdir, index, name, tls_ca,
+                               list(overrides))
+    log(f"actor {name or index}: {sum(r['success'] for r in records)}/{len(records)} episodes succeeded")
     return records
 
 
@@ -92,12 +125,37 @@ def add_role_parsers(sub: Any) -> None:
     learner = sub.add_parser("learner", help="the learner process of a run folder")
     learner.add_argument("--run", required=True, help="run folder holding online.yaml")
     learner.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
-    actor = sub.add_parser("actor", help="one actor process of a run folder")
-    actor.add_argument("--run", required=True, help="run folder holding online.yaml")
+    actor = sub.add_parser("actor", help="one actor process of a run folder, or of a learner on another machine")
+    actor.add_argument("--run", default=None, help="run folder holding online.yaml (a learner on this machine)")
     actor.add_argument("--index", type=int, default=0, help="actor number (seeds, log file)")
+    actor.add_argument("--connect", default=None, metavar="HOST:PORT",
+                       help="join the learner at HOST:PORT over TCP (its fleet.listen) instead of a run folder")
+    actor.add_argument("--secret-file", default=None, help="copy of the run's learner.key (with --connect)")
+    actor.add_argument("--workdir", default=None,
+                       help="with --connect: folder for the received config and weights, the episode log and the "
+                            "outbox of unacknowledged batches (default: ./robot_rl_actor)")
+    actor.add_argument("--name", default="", help="actor id (default host-index); a replacement reuses it")
+    actor.add_argument("--tls-ca", default="", help="with --connect: check the learner's TLS certificate against this")
+    actor.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="with --connect: change this actor's copy of the config, e.g. actor.env_id=...")
     for role in (learner, actor):
         role.add_argument("--exit-with-parent", type=int, default=None, metavar="PID",
                           help="stop (as on SIGTERM) when process PID, the one that started this, is gone")
+
+
+def run_role(args: argparse.Namespace) -> None:
+    """Run the learner or actor role that parsed ``args`` name."""
+    if args.role == "learner":
+        run_learner(args.run, args.max_seconds)
+    elif args.connect:
+        if not args.secret_file:
+            raise ValueError("actor --connect needs --secret-file (a copy of the run's learner.key)")
+        run_remote_actor_role(args.connect, args.secret_file, args.workdir or "robot_rl_actor", args.index,
+                              args.name, args.tls_ca, args.overrides)
+    elif args.run:
+        run_actor_role(args.run, args.index)
+    else:
+        raise ValueError("actor: give --run FOLDER (this machine) or --connect HOST:PORT")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -108,13 +166,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.exit_with_parent is not None:
         exit_with_parent(args.exit_with_parent)
     try:
-        if args.role == "learner":
-            run_learner(args.run, args.max_seconds)
-        else:
-            run_actor_role(args.run, args.index)
-    except (ConfigError, FileNotFoundError) as exc:
+        run_role(args)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"{parser.prog} {args.role}: error: {exc}", file=sys.stderr)
         return 2
+    except AuthError as exc:
+        print(f"{parser.prog} {args.role}: the learner refused this actor: {exc}", file=sys.stderr)
+        return 3
     return 0
 
 

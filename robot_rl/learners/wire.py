@@ -18,7 +18,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import re
 import secrets
+import shutil
 import socket
 import ssl
 import struct
@@ -62,7 +65,12 @@ def send_frame(sock: socket.socket, header: dict[str, Any], payload: bytes = b""
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
     if len(head) > MAX_HEADER_BYTES:
         raise FrameError(f"header of {len(head)} bytes exceeds {MAX_HEADER_BYTES}")
-    sock.sendall(PREFIX.pack(MAGIC, len(head), len(payload)) + head + payload)
+    prefix = PREFIX.pack(MAGIC, len(head), len(payload)) + head
+    if len(payload) > 1 << 16:  # large payloads (weights) go out without a concatenated copy
+        sock.sendall(prefix)
+        sock.sendall(payload)
+    else:
+        sock.sendall(prefix + payload)
 
 
 def recv_frame(sock: socket.socket, max_payload: int = DEFAULT_MAX_PAYLOAD) -> tuple[dict[str, Any], bytes]:
@@ -160,3 +168,55 @@ def tls_client_context(cafile: str | Path, check_hostname: bool = True) -> ssl.S
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.check_hostname = check_hostname
     return ctx
+
+
+# ---------------------------------------------------------------------------- weights over the wire
+WEIGHT_FILE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+"""Names a weights frame may carry: plain file names, no paths (a peer cannot write outside the folder)."""
+
+
+def pack_weights(folder: str | Path, version: int) -> tuple[dict[str, Any], bytes]:
+    """A published ``v<N>/`` folder as one frame: its files concatenated, each named with size and SHA-256."""
+    files, parts = [], []
+    for path in sorted(Path(folder).iterdir()):
+        if path.is_file() and WEIGHT_FILE.match(path.name):
+            data = path.read_bytes()
+            files.append({"name": path.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            parts.append(data)
+    return {"type": "weights", "version": int(version), "files": files}, b"".join(parts)
+
+
+def unpack_weights(header: dict[str, Any], payload: bytes, root: str | Path, keep: int = 3) -> Path:
+    """Check a weights frame (names, sizes, hashes) and write it as ``root/v<N>/`` atomically; prune old versions.
+
+    FrameError for anything inconsistent: nothing is written then, and the actor keeps its weights.
+    """
+    version, files = header.get("version"), header.get("files")
+    if not isinstance(version, int) or version < 1 or not isinstance(files, list) or not files:
+        raise FrameError(f"weights frame: bad version or file list ({version!r})")
+    offset, chunks = 0, []
+    for f in files:
+        name, size, digest = (f.get("name"), f.get("size"), f.get("sha256")) if isinstance(f, dict) else (None,) * 3
+        if not (isinstance(name, str) and WEIGHT_FILE.match(name) and name not in (".", "..")
+                and isinstance(size, int) and size >= 0 and isinstance(digest, str)):
+            raise FrameError(f"weights frame: bad file entry {f!r}")
+        data = payload[offset:offset + size]
+        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+            raise FrameError(f"weights v{version}: {name} does not match its size or SHA-256")
+        chunks.append((name, data))
+        offset += size
+    if offset != len(payload):
+        raise FrameError(f"weights v{version}: {len(payload) - offset} bytes beyond the listed files")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final, tmp = root / f"v{version}", root / f".v{version}.recv"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name, data in chunks:
+        (tmp / name).write_bytes(data)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    versions = sorted((int(p.name[1:]), p) for p in root.iterdir() if re.fullmatch(r"v\d+", p.name))
+    for _, old in versions[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final

@@ -1,0 +1,169 @@
+"""Online runs on a Ray cluster: the learner and the simulated actors as Ray actors, placed by Ray.
+
+``robot-rl online run --ray [ADDRESS]`` calls :func:`run_on_ray`. The learner is a Ray actor that declares
+``fleet.learner_resources`` (e.g. ``num_gpus: 1`` puts it on a GPU node) and serves the same TCP endpoint
+robots join (robot_rl.learners.tcp_transport); each simulated actor declares ``fleet.actor_resources`` and
+joins it exactly like a robot would, from whichever node Ray placed it on. So one protocol carries every
+actor: the same authentication, the same exactly-once delivery (outboxes on each node's disk, numbered
+per actor id) and the same per-actor status. Ray does the placement, the processes and their lifetime;
+nothing travels through Ray's own (pickled) channels but the start arguments and the episode records.
+
+The single-machine process runner (robot_rl.learners.online) stays the default; Ray is the ``fleet`` extra.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from robot_rl.core.config import save_config
+from robot_rl.learners.online import OnlineResult, read_jsonl
+from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.roles import CONFIG_FILE
+from robot_rl.learners.transport import load_or_create_key
+
+
+class LearnerWorker:
+    """The learner of a run folder, serving on a thread inside its Ray actor."""
+
+    def __init__(self, run: str) -> None:
+        from robot_rl.core.config import load_config
+        from robot_rl.learners.learner_process import OnlineLearner
+
+        self.learner = OnlineLearner(load_config(OnlineConfig, Path(run) / CONFIG_FILE), run)
+        self.result: dict[str, Any] | None = None
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._serve, name="learner", daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            self.result = self.learner.run(handle_signals=False)
+        except Exception as exc:  # reported to the driver by address()/join()
+            self.error = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def start(self, timeout: float = 120.0) -> tuple[str, int]:
+        """Start serving; returns the (node IP, port) actors connect to."""
+        import ray
+
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while self.learner.tcp is None:
+            if self.error or not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the learner did not come up: {self.error or 'timeout'}")
+            time.sleep(0.05)
+        return ray.util.get_node_ip_address(), int(self.learner.tcp.address[1])
+
+    def status(self) -> dict[str, Any]:
+        """The learner's counters (for the driver's progress bar)."""
+        return self.learner.status()
+
+    def stop(self) -> dict[str, Any] | None:
+        """Checkpoint, publish once more and stop; returns the final counters."""
+        self.learner.stop()
+        self._thread.join()
+        if self.error:
+            raise RuntimeError(self.error)
+        return self.result
+
+
+class ActorWorker:
+    """One simulated actor, joining the learner over TCP from whichever node Ray placed it on."""
+
+    def __init__(self) -> None:
+        self.stop_event = threading.Event()
+
+    def node(self) -> str:
+        """The node's IP (where Ray placed this actor)."""
+        import ray
+
+        return str(ray.util.get_node_ip_address())
+
+    def run(self, address: tuple[str, int], key: bytes, run_id: str, index: int,
+            overrides: list[str]) -> list[dict[str, Any]]:
+        """Run the actor's episodes; its outbox and weights live on this node's disk under the run's id."""
+        from robot_rl.learners.actor_process import run_remote_actor
+
+        workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
+        records = run_remote_actor(tuple(address), key, workdir, index, name=f"ray-{index}", overrides=overrides,
+                                   stop=self.stop_event)
+        return [{**r, "node": self.node()} for r in records]
+
+    def stop(self) -> None:
+        """End after the current episode."""
+        self.stop_event.set()
+
+
+def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, budget_s: float | None = None,
+               timeout: float = 3600.0, progress: bool = True,
+               actor_overrides: list[list[str]] | None = None) -> OnlineResult:
+    """Learner + ``cfg.actors`` actors as Ray actors on the cluster at ``address`` (None: a local one).
+
+    ``actor_overrides[i]``: config changes of actor ``i`` (e.g. ``["actor.env_id=..."]`` for mixed tasks).
+    The run folder is written by the learner on its node (share it, or pin the learner to the driver's
+    node with a custom resource); episode records come back to the driver as ``actor_<i>.jsonl``.
+    """
+    import ray
+    from tqdm import tqdm
+
+    run = Path(run).resolve()
+    run.mkdir(parents=True, exist_ok=True)
+    if not cfg.fleet.listen:
+        cfg.fleet.listen = "0.0.0.0:0"
+    for stale in [run / "STOP", *run.glob("actor_*.jsonl")]:
+        stale.unlink(missing_ok=True)
+    save_config(cfg, run / CONFIG_FILE)
+    key = load_or_create_key(run)
+    run_id = hashlib.sha1(str(run).encode()).hexdigest()[:12]
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address or cfg.fleet.ray_address or None, include_dashboard=False, log_to_driver=False,
+                 logging_level="WARNING")
+    t0 = time.perf_counter()
+    res = dict(cfg.fleet.learner_resources)
+    learner_opts = {"num_cpus": res.pop("num_cpus", 1.0), "num_gpus": res.pop("num_gpus", 0.0), "resources": res,
+                    "max_concurrency": 4}
+    learner = ray.remote(LearnerWorker).options(**learner_opts).remote(str(run))  # type: ignore[attr-defined]
+    workers: list[Any] = []
+    try:
+        learner_address = ray.get(learner.start.remote())
+        ares = dict(cfg.fleet.actor_resources)
+        actor_opts = {"num_cpus": ares.pop("num_cpus", 1.0), "num_gpus": ares.pop("num_gpus", 0.0),
+                      "resources": ares, "max_concurrency": 2}
+        workers = [ray.remote(ActorWorker).options(**actor_opts).remote()  # type: ignore[attr-defined]
+                   for _ in range(cfg.actors)]
+        refs = {w.run.remote(learner_address, key, run_id, i, (actor_overrides or [[]] * cfg.actors)[i]): i
+                for i, w in enumerate(workers)}
+        records: dict[int, list[dict[str, Any]]] = {}
+        bar = tqdm(total=cfg.actors, desc="ray actors", unit="actor", disable=not progress)
+        deadline = time.monotonic() + timeout
+        budget_end = None if budget_s is None else time.monotonic() + budget_s
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, timeout=1.0)
+            for ref in done:
+                records[refs[ref]] = ray.get(ref)
+                bar.update(1)
+            if budget_end is not None and time.monotonic() > budget_end:
+                for w in workers:
+                    w.stop.remote()
+                budget_end = None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Ray actors did not finish within {timeout:.0f} s")
+        bar.close()
+        for i, recs in records.items():
+            with (run / f"actor_{i}.jsonl").open("w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in recs)
+        ray.get(learner.stop.remote())
+    finally:
+        for handle in [*workers, learner]:
+            ray.kill(handle)
+        if started:
+            ray.shutdown()
+    episodes = sorted((r for recs in records.values() for r in recs), key=lambda r: r["t"])
+    return OnlineResult(episodes, read_jsonl(run / "learner_log.jsonl"), time.perf_counter() - t0)
