@@ -18,11 +18,12 @@ from collections import Counter
 from pathlib import Path
 
 from robot_rl.core.config import load_config, save_config
+from robot_rl.learners.actor_process import actor_folder
 from robot_rl.learners.buffers import ReplayBuffer, decode_transitions
 from robot_rl.learners.delivery import Outbox, read_commit, read_journal, row_digests, transition_digest
 from robot_rl.learners.fleet_status import format_status, read_status
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.roles import CONFIG_FILE
+from robot_rl.learners.roles import CONFIG_FILE, read_secret
 
 QUAD = "robot_rl/QuadHover-RealStandIn-v0"
 SMALL = ["learner.residual.sac.hidden=32", "learner.residual.sac.num_critics=2", "learner.residual.sac.batch_size=32",
@@ -90,11 +91,12 @@ def test_actors_join_over_tcp_wrong_secret_is_refused_and_status_reports_them(tm
                                 "--secret-file", str(run / "learner.key"), "--workdir", str(tmp_path / "r")],
                                capture_output=True, text=True, timeout=300)
         assert right.returncode == 0, right.stderr[-3000:]
-        records = [json.loads(line) for line in (tmp_path / "r" / "actor_0.jsonl").read_text().splitlines()]
+        r = actor_folder(tmp_path / "r", read_secret(run / "learner.key"))
+        records = [json.loads(line) for line in (r / "actor_0.jsonl").read_text().splitlines()]
         assert len(records) == 10 and records[-1]["version_end"] >= 1  # weights arrived over TCP and swapped in
-        assert list((tmp_path / "r" / "weights").glob("v*/actor.safetensors"))
-        assert not Outbox(tmp_path / "r" / "outbox" / "robot-a").numbers()  # all acknowledged before leaving
-        assert (tmp_path / "r" / CONFIG_FILE).read_text() == (run / CONFIG_FILE).read_text()
+        assert list((r / "weights").glob("v*/actor.safetensors"))
+        assert not Outbox(r / "outbox" / "robot-a").numbers()  # all acknowledged before leaving
+        assert (r / CONFIG_FILE).read_text() == (run / CONFIG_FILE).read_text()
         status = read_status(run)
         assert status["learner"]["steps"] == sum(r["steps"] for r in records)
         assert status["learner"]["listen"] == f"127.0.0.1:{port}"
@@ -104,7 +106,7 @@ def test_actors_join_over_tcp_wrong_secret_is_refused_and_status_reports_them(tm
         learner.send_signal(signal.SIGTERM)
         learner.wait(timeout=60)
     assert learner.returncode == 0
-    assert sorted(stored_digests(run)) == sorted(read_journal(tmp_path / "r" / "outbox" / "robot-a"))
+    assert sorted(stored_digests(run)) == sorted(read_journal(r / "outbox" / "robot-a"))
 
 
 def test_every_step_is_stored_once_through_a_learner_sigkill_and_a_replaced_actor(tmp_path: Path) -> None:
@@ -124,7 +126,7 @@ def test_every_step_is_stored_once_through_a_learner_sigkill_and_a_replaced_acto
                       "--name", f"a{i}", "--workdir", str(tmp_path / f"a{i}")], logs / f"actor_{i}.log")
 
     def produced(i: int) -> list[str]:
-        folder = tmp_path / f"a{i}" / "outbox" / f"a{i}"
+        folder = actor_folder(tmp_path / f"a{i}", read_secret(key)) / "outbox" / f"a{i}"
         return read_journal(folder)
 
     actors = [actor(0), actor(1)]

@@ -14,6 +14,7 @@ SIGTERM (or SIGINT) ends the actor after the current episode: its steps are deli
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import signal
 import threading
@@ -169,15 +170,24 @@ def _on_stop_signals(stop: threading.Event) -> dict[int, Any]:
     return previous
 
 
+def actor_folder(workdir: str | Path, key: bytes) -> Path:
+    """Where an actor on another machine keeps one run's config, weights, log and outbox."""
+    return Path(workdir) / f"run-{hashlib.sha256(key).hexdigest()[:12]}"
+
+
 def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, index: int = 0, name: str = "",
                      tls_ca: str = "", overrides: list[str] | None = None, join_timeout: float = 60.0,
-                     progress: bool = False, stop: threading.Event | None = None) -> list[dict[str, Any]]:
+                     progress: bool = False, stop: threading.Event | None = None,
+                     weights: str = "tcp") -> list[dict[str, Any]]:
     """An actor on another machine: join the learner at ``address`` over TCP and run the run's episodes.
 
-    The learner sends the run's config and its weights; ``workdir`` keeps them, the actor's episode log and
-    its outbox (``outbox/<name>``: batches not yet in a learner checkpoint, re-sent by the next actor started
-    with the same ``name`` and ``workdir``). ``overrides`` (``key=value``) change this actor's copy of the
-    config, e.g. ``actor.env_id=...`` for a fleet that mixes tasks.
+    The learner sends the run's config and its weights; :func:`actor_folder` (``workdir/run-<id>``, one per
+    run's secret, so a robot that moves on to another run never re-sends an old run's steps) keeps them, the
+    actor's episode log and its outbox (``outbox/<name>``: batches not yet in a learner checkpoint, re-sent
+    by the next actor started with the same ``name`` and ``workdir``). ``overrides`` (``key=value``) change
+    this actor's copy of the config, e.g. ``actor.env_id=...`` for a fleet that mixes tasks.
+    ``weights="ray"``: someone else writes the weights into the folder's ``weights/`` (a Ray actor, from Ray's
+    object store); the learner sends none.
     """
     from robot_rl.core.config import load_config
     from robot_rl.learners.delivery import Outbox
@@ -186,11 +196,11 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     from robot_rl.learners.tcp_transport import TcpActorClient
     from robot_rl.learners.wire import tls_client_context
 
-    workdir = Path(workdir)
+    workdir = actor_folder(workdir, key)
     name = name or f"{this_host()}-{index}"
     tls = tls_client_context(tls_ca) if tls_ca else None
     task = next((o.split("=", 1)[1] for o in overrides or [] if o.startswith("actor.env_id=")), None)
-    info = {"host": this_host(), "index": index, **({"task": task} if task else {})}
+    info = {"host": this_host(), "index": index, "weights": weights, **({"task": task} if task else {})}
     client = TcpActorClient(address, key, name, Outbox(workdir / "outbox" / name, journal=True), info=info, tls=tls,
                             weights_dir=workdir / "weights")
     deadline = time.monotonic() + join_timeout

@@ -141,7 +141,13 @@ class FleetConfig:
     actor_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1.0})
     """Resources each simulated Ray actor declares (Ray places actors on nodes that have them)."""
 
+    actor_strategy: str = "DEFAULT"
+    """How Ray places the simulated actors: ``DEFAULT`` (packs nodes, fewer transfers) or ``SPREAD`` (one node
+    after another, e.g. to use every machine's simulators)."""
+
     def __post_init__(self) -> None:
+        if self.actor_strategy not in ("DEFAULT", "SPREAD"):
+            raise ValueError(f"fleet.actor_strategy: DEFAULT or SPREAD, got {self.actor_strategy!r}")
         if self.listen:
             host, _, port = self.listen.rpartition(":")
             if not host or not port.isdigit() or not 0 <= int(port) < 65536:

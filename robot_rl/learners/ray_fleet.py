@@ -26,6 +26,7 @@ from robot_rl.learners.online import OnlineResult, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.roles import CONFIG_FILE
 from robot_rl.learners.transport import load_or_create_key
+from robot_rl.learners.wire import pack_weights
 
 
 class LearnerWorker:
@@ -38,6 +39,7 @@ class LearnerWorker:
         self.learner = OnlineLearner(load_config(OnlineConfig, Path(run) / CONFIG_FILE), run)
         self.result: dict[str, Any] | None = None
         self.error: str | None = None
+        self._weights_ref: tuple[int, Any] | None = None
         self._thread = threading.Thread(target=self._serve, name="learner", daemon=True)
 
     def _serve(self) -> None:
@@ -59,9 +61,34 @@ class LearnerWorker:
             time.sleep(0.05)
         return ray.util.get_node_ip_address(), int(self.learner.tcp.address[1])
 
+    def node_id(self) -> str:
+        """The Ray node this learner runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def status(self) -> dict[str, Any]:
         """The learner's counters (for the driver's progress bar)."""
         return self.learner.status()
+
+    def weights_since(self, have: int) -> list[Any]:
+        """``[ref]`` to the newest published version when it is newer than ``have``, else ``[]``.
+
+        Each version is packed and put into Ray's object store once; every actor gets the same reference
+        (actors on one node share one copy in its shared memory).
+        """
+        import ray
+
+        version = self.learner.publisher.version
+        if version <= have:
+            return []
+        if self._weights_ref is None or self._weights_ref[0] != version:
+            try:
+                packed = pack_weights(self.learner.run_dir / "weights" / f"v{version}", version)
+            except FileNotFoundError:  # pruned meanwhile: the next call finds the newer one
+                return []
+            self._weights_ref = (version, ray.put(packed))
+        return [self._weights_ref[1]]
 
     def stop(self) -> dict[str, Any] | None:
         """Checkpoint, publish once more and stop; returns the final counters."""
@@ -77,22 +104,47 @@ class ActorWorker:
 
     def __init__(self) -> None:
         self.stop_event = threading.Event()
+        self._done = threading.Event()
 
-    def node(self) -> str:
-        """The node's IP (where Ray placed this actor)."""
+    def run(self, learner: Any, address: tuple[str, int], key: bytes, run_id: str, index: int,
+            overrides: list[str]) -> list[dict[str, Any]]:
+        """Run the actor's episodes; its outbox and weights live on this node's disk under the run's id.
+
+        Transitions go over TCP (acknowledged, exactly once); weights come from Ray's object store.
+        """
         import ray
 
-        return str(ray.util.get_node_ip_address())
-
-    def run(self, address: tuple[str, int], key: bytes, run_id: str, index: int,
-            overrides: list[str]) -> list[dict[str, Any]]:
-        """Run the actor's episodes; its outbox and weights live on this node's disk under the run's id."""
-        from robot_rl.learners.actor_process import run_remote_actor
+        from robot_rl.learners.actor_process import actor_folder, run_remote_actor
 
         workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
-        records = run_remote_actor(tuple(address), key, workdir, index, name=f"ray-{index}", overrides=overrides,
-                                   stop=self.stop_event)
-        return [{**r, "node": self.node()} for r in records]
+        follow = threading.Thread(target=self._follow, args=(learner, actor_folder(workdir, key) / "weights"),
+                                  daemon=True)
+        follow.start()
+        try:
+            records = run_remote_actor(tuple(address), key, workdir, index, name=f"ray-{index}",  # type: ignore[arg-type]
+                                       overrides=overrides, stop=self.stop_event, weights="ray")
+        finally:
+            self._done.set()
+        node = str(ray.get_runtime_context().get_node_id())
+        return [{**r, "node": node} for r in records]
+
+    def _follow(self, learner: Any, folder: Path, every_s: float = 0.05) -> None:
+        """Write each newer version from the object store into ``folder`` (where the actor's follower looks)."""
+        import ray
+
+        from robot_rl.learners.wire import FrameError, unpack_weights
+
+        have = 0
+        while not self._done.is_set():
+            refs = ray.get(learner.weights_since.remote(have))
+            if refs:
+                header, payload = ray.get(refs[0])
+                try:
+                    unpack_weights(header, payload, folder)
+                    have = int(header["version"])
+                except (FrameError, OSError) as exc:
+                    print(f"refused weights v{header.get('version')}: {exc}", flush=True)
+            self._done.wait(every_s)
 
     def stop(self) -> None:
         """End after the current episode."""
@@ -132,12 +184,14 @@ def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, b
     workers: list[Any] = []
     try:
         learner_address = ray.get(learner.start.remote())
+        (run / "ray_learner.json").write_text(json.dumps({"node": ray.get(learner.node_id.remote()),
+                                                          "address": list(learner_address)}), encoding="utf-8")
         ares = dict(cfg.fleet.actor_resources)
         actor_opts = {"num_cpus": ares.pop("num_cpus", 1.0), "num_gpus": ares.pop("num_gpus", 0.0),
-                      "resources": ares, "max_concurrency": 2}
+                      "resources": ares, "max_concurrency": 2, "scheduling_strategy": cfg.fleet.actor_strategy}
         workers = [ray.remote(ActorWorker).options(**actor_opts).remote()  # type: ignore[attr-defined]
                    for _ in range(cfg.actors)]
-        refs = {w.run.remote(learner_address, key, run_id, i, (actor_overrides or [[]] * cfg.actors)[i]): i
+        refs = {w.run.remote(learner, learner_address, key, run_id, i, (actor_overrides or [[]] * cfg.actors)[i]): i
                 for i, w in enumerate(workers)}
         records: dict[int, list[dict[str, Any]]] = {}
         bar = tqdm(total=cfg.actors, desc="ray actors", unit="actor", disable=not progress)

@@ -123,7 +123,8 @@ class TcpTransitionServer:
                 mark = self.inbox.mark(actor)
                 received = self.inbox.received.get(actor, mark)
                 send_frame(sock, {"type": "resume", "mark": mark, "received": received, **self.welcome})
-                link = ActorLink(actor, hello, sock, peer, weights=self._weights)
+                offered = self._weights if self._wants_weights(hello) else None
+                link = ActorLink(actor, hello, sock, peer, weights=offered)
                 self.links[actor] = link
             if old is not None:  # the same actor id again (replaced, reconnected): the old link is dead
                 self._close_link(old)
@@ -235,9 +236,15 @@ class TcpTransitionServer:
             self._weights = (version, header, payload)
             links = list(self.links.values())
         for link in links:
-            with link.wake:
-                link.weights = self._weights
-                link.wake.notify_all()
+            if self._wants_weights(link.info):
+                with link.wake:
+                    link.weights = self._weights
+                    link.wake.notify_all()
+
+    @staticmethod
+    def _wants_weights(hello: dict[str, Any]) -> bool:
+        """Whether an actor gets weights on this connection (Ray actors take them from Ray's object store)."""
+        return hello.get("weights", "tcp") == "tcp"
 
     def status(self) -> list[dict[str, Any]]:
         """Per connected actor: id, peer, what it said about itself, counters, weights version, last seen."""
