@@ -122,3 +122,22 @@ def test_gaps_bad_state_and_a_full_outbox_are_reported(tmp_path: Path) -> None:
     assert learner.lost == {"small": 3} and learner.received == {"small": 5}
     with pytest.raises(ValueError, match="missing"):  # a gap the actor does not declare
         learner.accept("small", 7, oldest=6)
+
+
+def test_balanced_batches_give_a_rare_task_half_of_every_batch() -> None:
+    """A fleet of 9 hovering simulators and 1 tracking robot: uniform batches see the robot's task 10 % of the
+    time, balanced ones 50 %, and only stored rows are drawn."""
+    from robot_rl.learners.buffers import ReplayBuffer
+
+    buf = ReplayBuffer(2000)
+    obs = {"state": np.zeros(2, np.float32)}
+    buf.extend([Transition(observation=obs, next_observation=obs, action=np.zeros(1, np.float32), reward=0.0,
+                           terminated=False, truncated=False, episode_id=0, step=k, task=int(k % 10 == 0))
+                for k in range(1500)])
+    rng = np.random.default_rng(0)
+    uniform = buf.columns["task"][buf.sample_indices(4000, rng)].mean()
+    buf.balance_tasks = True
+    idx = buf.sample_indices(4000, rng)
+    assert idx.max() < len(buf) and abs(uniform - 0.1) < 0.03
+    assert abs(buf.columns["task"][idx].mean() - 0.5) < 0.01
+    assert buf.sample(7, rng)["task"].shape == (7,)

@@ -1,6 +1,7 @@
 """A real two-node Ray cluster on this machine (``ray start --head`` + a second ``ray start --address``) runs a
 short online run through ``robot-rl online run --ray ADDRESS``: the learner on the head node, actors spread
-over both nodes, weights from Ray's object store, every step in the learner's checkpoint."""
+over both nodes, weights from Ray's object store, every step in the learner's checkpoint; the actors mix
+two tasks (hover and track) and the learner reports each."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from robot_rl.learners.online_config import OnlineConfig
 
 pytestmark = pytest.mark.slow
 QUAD = "robot_rl/QuadHover-RealStandIn-v0"
+TRACK = "robot_rl/QuadTrack-RealStandIn-v0"
 
 
 def _free_port() -> int:
@@ -62,7 +64,7 @@ def test_a_two_node_ray_cluster_runs_learner_and_actors_on_both_nodes(tmp_path: 
         "learner.update_to_data=0.05", "learner.publish_every=5", "learner.updates_per_cycle=5",
         "learner.residual.warmup_steps=100", "actors=3", "actor.episodes=6",
         "fleet.learner_resources={num_cpus: 0.5, head_node: 0.1}", "fleet.actor_resources={num_cpus: 0.5}",
-        "fleet.actor_strategy=SPREAD", "fleet.status_every_s=0.5"])
+        "fleet.actor_strategy=SPREAD", "fleet.status_every_s=0.5", f"fleet.tasks=[{QUAD}, {TRACK}]"])
     config = tmp_path / "fleet.yaml"
     save_config(cfg, config)
     run = tmp_path / "run"
@@ -80,3 +82,10 @@ def test_a_two_node_ray_cluster_runs_learner_and_actors_on_both_nodes(tmp_path: 
     assert steps.total_added == sum(e["steps"] for e in episodes)  # every step, once
     status = read_status(run)
     assert status["learner"]["steps"] == steps.total_added and status["learner"]["listen"]
+    # a mixed fleet: actors 0 and 2 hover, actor 1 tracks; the stored steps say which task made them
+    per_task = {t: sum(e["steps"] for e in episodes if e["task"] == t) for t in (QUAD, TRACK)}
+    assert per_task[QUAD] > 0 and per_task[TRACK] > 0
+    stored_task = steps.columns["task"][: len(steps)]
+    assert [int((stored_task == k).sum()) for k in (0, 1)] == [per_task[QUAD], per_task[TRACK]]
+    assert {t: status["tasks"][t]["steps"] for t in (QUAD, TRACK)} == per_task
+    assert sorted(a["actor"] for a in status["actors"]) == ["ray-0", "ray-1", "ray-2"]

@@ -72,6 +72,9 @@ class Transition:
     """Time of ``observation`` in seconds (sensor or sim time)."""
     next_obs_stamp: float = 0.0
     """Time of ``next_observation`` in seconds (>= ``obs_stamp``)."""
+    task: int = 0
+    """Which of a fleet's tasks produced the step (index into ``fleet.tasks``; 0 in a single-task run): the
+    learner balances its batches over tasks and reports per task."""
 
     def __post_init__(self) -> None:
         obs = _check_obs("observation", self.observation)

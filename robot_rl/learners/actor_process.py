@@ -117,19 +117,21 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     ac = cfg.actor
     run = Path(run)
     torch.set_num_threads(ac.num_threads)
-    env = gym.make(ac.env_id, **ac.env_options)
+    env_id, task = cfg.actor_task(index)
+    env = gym.make(env_id, **ac.env_options)
     if ac.success_detector:
         env = LearnedSuccess(env, RewardClassifier.load(ac.success_detector, device=ac.device))
     expert = expert_for(env)
     human_cfg = dataclasses.replace(ac.human, seed=ac.human.seed + index, action_risk=ac.human_risk == "action")
-    human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(ac.env_id) if ac.human_risk == "grasp" else None)
+    human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(env_id) if ac.human_risk == "grasp" else None)
     env, agent, base_agent = make_agent(cfg, env, run)
     if sender is None:
         sender = ReconnectingSender(run, ac.pending_limit)
     else:
         sender.version = lambda: agent.version  # reported to the learner with every batch
     stream = BatchingSender(sender, ac.send_every)
-    hooks = EpisodeHooks(on_transition=stream.add, policy_version=lambda: agent.version)
+    tagged = stream.add if task == 0 else (lambda t: stream.add(t.replace(task=task)))  # the learner balances tasks
+    hooks = EpisodeHooks(on_transition=tagged, policy_version=lambda: agent.version)
     log = run / f"actor_{index}.jsonl"
     records: list[dict[str, Any]] = []
     stop = stop or threading.Event()
@@ -144,7 +146,7 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
             out = run_episode(env, agent, episode_id=1_000_000 * index + k, seed=seed, human=human,
                               base_agent=base_agent, hooks=hooks)
             stream.flush()
-            record = {"actor": index, "episode": k, "seed": seed, "success": bool(out.success),
+            record = {"actor": index, "task": env_id, "episode": k, "seed": seed, "success": bool(out.success),
                       "steps": out.length, "intervention_steps": out.intervention_steps,
                       "takeovers": out.takeovers, "version_start": start_version, "version_end": agent.version,
                       "seconds": time.perf_counter() - t0, "t": time.time(), "queued": len(sender.queue)}
@@ -170,13 +172,18 @@ def _on_stop_signals(stop: threading.Event) -> dict[int, Any]:
     return previous
 
 
+REMOTE_INDEX_BASE = 1000
+"""Actors that join over TCP without an index get ``REMOTE_INDEX_BASE + n`` (n: the learner's number for their
+name), so their episode ids never collide with this machine's actors ``0..actors-1`` or with each other."""
+
+
 def actor_folder(workdir: str | Path, key: bytes) -> Path:
     """Where an actor on another machine keeps one run's config, weights, log and outbox."""
     return Path(workdir) / f"run-{hashlib.sha256(key).hexdigest()[:12]}"
 
 
-def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, index: int = 0, name: str = "",
-                     tls_ca: str = "", overrides: list[str] | None = None, join_timeout: float = 60.0,
+def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, index: int | None = None,
+                     name: str = "", tls_ca: str = "", overrides: list[str] | None = None, join_timeout: float = 60.0,
                      progress: bool = False, stop: threading.Event | None = None,
                      weights: str = "tcp") -> list[dict[str, Any]]:
     """An actor on another machine: join the learner at ``address`` over TCP and run the run's episodes.
@@ -185,7 +192,8 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     run's secret, so a robot that moves on to another run never re-sends an old run's steps) keeps them, the
     actor's episode log and its outbox (``outbox/<name>``: batches not yet in a learner checkpoint, re-sent
     by the next actor started with the same ``name`` and ``workdir``). ``overrides`` (``key=value``) change
-    this actor's copy of the config, e.g. ``actor.env_id=...`` for a fleet that mixes tasks.
+    this actor's copy of the config, e.g. ``actor.task=...`` to pin one of a fleet's tasks. ``index`` (episode
+    ids and seeds) defaults to the number the learner gives this actor's name (from 1000 up, unique in the run).
     ``weights="ray"``: someone else writes the weights into the folder's ``weights/`` (a Ray actor, from Ray's
     object store); the learner sends none.
     """
@@ -197,10 +205,9 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     from robot_rl.learners.wire import tls_client_context
 
     workdir = actor_folder(workdir, key)
-    name = name or f"{this_host()}-{index}"
+    name = name or f"{this_host()}-{index or 0}"
     tls = tls_client_context(tls_ca) if tls_ca else None
-    task = next((o.split("=", 1)[1] for o in overrides or [] if o.startswith("actor.env_id=")), None)
-    info = {"host": this_host(), "index": index, "weights": weights, **({"task": task} if task else {})}
+    info = {"host": this_host(), "weights": weights}
     client = TcpActorClient(address, key, name, Outbox(workdir / "outbox" / name, journal=True), info=info, tls=tls,
                             weights_dir=workdir / "weights")
     deadline = time.monotonic() + join_timeout
@@ -218,4 +225,6 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
         raise ValueError(f"the learner at {address[0]}:{address[1]} sent no run config")
     (workdir / CONFIG_FILE).write_text(config, encoding="utf-8")
     cfg = load_config(OnlineConfig, workdir / CONFIG_FILE, overrides or [])
+    if index is None:
+        index = REMOTE_INDEX_BASE + int(client.welcome.get("number", 0))
     return run_actor(cfg, workdir, index, progress, sender=client, stop=stop)

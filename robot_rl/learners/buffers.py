@@ -32,7 +32,10 @@ _SCALARS: dict[str, str] = {
     "reward": "float64", "terminated": "bool", "truncated": "bool", "is_intervention": "bool",
     "source": "uint8", "episode_id": "int64", "step": "int64", "segment_id": "int64", "policy_version": "int64",
     "obs_stamp": "float64", "next_obs_stamp": "float64", "has_policy_action": "bool", "has_base_action": "bool",
+    "task": "int64",
 }
+OPTIONAL = {"task"}
+"""Columns that payloads and buffers written before they existed may lack (read as zeros)."""
 
 
 def transitions_to_columns(transitions: Sequence[Transition]) -> dict[str, np.ndarray]:
@@ -57,6 +60,7 @@ def transitions_to_columns(transitions: Sequence[Transition]) -> dict[str, np.nd
         "obs_stamp": [t.obs_stamp for t in transitions], "next_obs_stamp": [t.next_obs_stamp for t in transitions],
         "has_policy_action": [t.policy_action is not None for t in transitions],
         "has_base_action": [t.base_action is not None for t in transitions],
+        "task": [t.task for t in transitions],
     }
     for name, values in rows.items():
         cols[name] = np.asarray(values, dtype=_SCALARS[name])
@@ -66,7 +70,7 @@ def transitions_to_columns(transitions: Sequence[Transition]) -> dict[str, np.nd
 def columns_to_transitions(cols: dict[str, np.ndarray]) -> list[Transition]:
     """Inverse of :func:`transitions_to_columns` (every row validated again by Transition)."""
     keys = [k[4:] for k in cols if k.startswith("obs.")]
-    missing = [n for n in ("action", "policy_action", "base_action", *_SCALARS) if n not in cols]
+    missing = [n for n in ("action", "policy_action", "base_action", *_SCALARS) if n not in cols and n not in OPTIONAL]
     if missing or not keys:
         raise SpecError(f"transition columns: missing {missing or ['obs.*']}")
     out = []
@@ -84,7 +88,8 @@ def columns_to_transitions(cols: dict[str, np.ndarray]) -> list[Transition]:
             base_action=cols["base_action"][i] if cols["has_base_action"][i] else None,
             is_intervention=bool(cols["is_intervention"][i]), segment_source=SOURCES[source],
             segment_id=int(cols["segment_id"][i]), policy_version=int(cols["policy_version"][i]),
-            obs_stamp=float(cols["obs_stamp"][i]), next_obs_stamp=float(cols["next_obs_stamp"][i])))
+            obs_stamp=float(cols["obs_stamp"][i]), next_obs_stamp=float(cols["next_obs_stamp"][i]),
+            task=int(cols["task"][i]) if "task" in cols else 0))
     return out
 
 
@@ -112,6 +117,8 @@ class ReplayBuffer:
         self.columns: dict[str, np.ndarray] = {}
         self.total_added = 0
         """Transitions ever added (the next one gets global index ``total_added``)."""
+        self.balance_tasks = False
+        """Sample every task equally (a fleet's learner sets it when ``fleet.tasks`` names several)."""
         self._saved_upto = 0
 
     def __len__(self) -> int:
@@ -133,6 +140,8 @@ class ReplayBuffer:
 
     def _append_columns(self, cols: dict[str, np.ndarray]) -> None:
         n = len(cols["action"])
+        for name in OPTIONAL - set(cols):  # written before the column existed
+            cols = {**cols, name: np.zeros(n, dtype=_SCALARS[name])}
         if not self.columns:
             self.columns = {k: np.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in cols.items()}
         if set(cols) != set(self.columns):
@@ -156,10 +165,19 @@ class ReplayBuffer:
         return {k: v[indices] for k, v in self.columns.items()}
 
     def sample_indices(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` uniformly random storage positions."""
+        """``n`` random storage positions: uniform, or the same share from every task when :attr:`balance_tasks`.
+
+        Balanced batches keep a fleet's rare task (one robot among many simulators) from vanishing in them.
+        """
         if len(self) == 0:
             raise ValueError("cannot sample from an empty buffer")
-        return rng.integers(0, len(self), size=n)
+        if not self.balance_tasks:
+            return rng.integers(0, len(self), size=n)
+        task = self.columns["task"][: len(self)]
+        groups = [np.flatnonzero(task == k) for k in np.unique(task)]
+        share = np.diff(np.linspace(0, n, len(groups) + 1).round().astype(int))
+        rng.shuffle(share)  # which task gets the extra row of an uneven split varies
+        return np.concatenate([g[rng.integers(0, len(g), size=m)] for g, m in zip(groups, share, strict=True)])
 
     def sample(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """A uniformly random batch of ``n`` rows, plus ``next_base_action``.

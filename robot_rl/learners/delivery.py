@@ -169,6 +169,12 @@ class Inbox:
         """Re-sent batches skipped."""
         self.lost: dict[str, int] = {}
         """Actor id -> batches its full outbox dropped before the learner had them (declared, counted)."""
+        self.members: dict[str, int] = {}
+        """Actor id -> its number in the run (0, 1, ... in order of first contact; kept across restarts)."""
+
+    def number(self, actor: str) -> int:
+        """The run-wide number of ``actor`` (a new id gets the next one)."""
+        return self.members.setdefault(actor, len(self.members))
 
     def mark(self, actor: str) -> int:
         """What the learner's checkpoint holds of ``actor`` (sent back in the handshake: numbering resumes there)."""
@@ -200,7 +206,7 @@ class Inbox:
 
     def state(self) -> dict[str, Any]:
         """What the checkpoint saves (the marks it holds)."""
-        return {"checkpointed": dict(self.checkpointed)}
+        return {"checkpointed": dict(self.checkpointed), "members": dict(self.members)}
 
     @classmethod
     def restore(cls, state: dict[str, Any] | None) -> Inbox:
@@ -210,6 +216,7 @@ class Inbox:
         if not isinstance(marks, dict) or not all(isinstance(v, int) and v >= 0 for v in marks.values()):
             raise ValueError(f"inbox state: expected actor -> non-negative int, got {marks!r}")
         inbox.checkpointed = {str(k): int(v) for k, v in marks.items()}
+        inbox.members = {str(k): int(v) for k, v in (state or {}).get("members", {}).items()}
         return inbox
 
     def save(self, path: str | Path) -> None:
@@ -250,7 +257,7 @@ def write_commit(checkpoint: str | Path, inbox: Inbox, buffers: dict[str, int], 
         os.replace(tmp, ckpt / held_name)
     marks = {**inbox.checkpointed, **inbox.received}
     record = {"number": number, "buffers": {k: int(v) for k, v in buffers.items()}, "held": held_name,
-              "inbox": {"checkpointed": marks}, "lost": dict(inbox.lost)}
+              "inbox": {"checkpointed": marks, "members": dict(inbox.members)}, "lost": dict(inbox.lost)}
     tmp = ckpt / f".{COMMIT_FILE}.tmp"
     with tmp.open("w", encoding="utf-8") as f:
         f.write(json.dumps(record))

@@ -47,7 +47,8 @@ class FleetStatus:
         learner = {**learner, "updates_per_s": self._rate("learner/updates", learner["updates"], now),
                    "steps_per_s": self._rate("learner/steps", learner["steps"], now)}
         version = int(learner.get("version", 0))
-        rows, tasks = [], {}
+        rows: list[dict[str, Any]] = []
+        tasks: dict[str, dict[str, Any]] = {}
         for a in actors:
             row = {**a, "steps_per_s": self._rate(f"actor/{a['actor']}/steps", a["steps"], now)}
             row["lag"] = version - a["version"] if a.get("version", -1) >= 0 else None

@@ -238,6 +238,7 @@ class OnlineLearner:
         if commit is None:
             self.checkpoint()  # a first, empty commit: a learner killed before its first checkpoint starts afresh
         self.resumed_from = self.algorithm.resumed_from
+        self.algorithm.steps.balance_tasks = len(cfg.fleet.tasks) > 1
         self.publisher = WeightsPublisher(self.run_dir / "weights", keep=cfg.learner.keep_versions,
                                           marker=self.algorithm.marker)
         self._stop = False
@@ -443,6 +444,8 @@ class OnlineLearner:
 
     def actor_status(self) -> list[dict[str, Any]]:
         """Every actor the learner has heard from: TCP links (connected now) and this machine's socket actors."""
-        task = self.cfg.actor.env_id
-        rows = [{"actor": f"local-{i}", "host": this_host(), "task": task, **c} for i, c in self._local_actors.items()]
-        return rows + ([] if self.tcp is None else self.tcp.status())
+        rows = [{"actor": f"local-{i}", "host": this_host(), "task": self.cfg.actor_task(i)[0], **c}
+                for i, c in self._local_actors.items()]
+        tasks = self.cfg.fleet.tasks or [self.cfg.actor.env_id]
+        remote = [] if self.tcp is None else self.tcp.status()
+        return rows + [{**r, "task": tasks[r["task_index"]] if r["task_index"] < len(tasks) else "?"} for r in remote]

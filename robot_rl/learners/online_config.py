@@ -45,6 +45,8 @@ class ActorConfig:
     classifier's cameras in ``env_options``); "" uses the simulator's ``is_success``."""
     num_threads: int = 1
     """torch CPU threads per actor."""
+    task: str = ""
+    """Pin this actor to one of ``fleet.tasks`` (e.g. ``--set actor.task=...`` on a robot); "" = by index."""
     device: str = "cpu"
     """Where each actor runs policy inference (and the success detector): "cpu", "cuda" or "auto". CPU by
     default: an actor predicts one chunk of a small network at a time, and every actor process on a GPU
@@ -141,6 +143,10 @@ class FleetConfig:
     actor_resources: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1.0})
     """Resources each simulated Ray actor declares (Ray places actors on nodes that have them)."""
 
+    tasks: list[str] = field(default_factory=list)
+    """Environment ids of a fleet that mixes tasks (same observation and action spaces, one learner): actor
+    ``i`` runs ``tasks[i % len(tasks)]`` (``actor.task`` pins one); batches are balanced over them and the
+    status reports each. Empty: every actor runs ``actor.env_id``."""
     actor_strategy: str = "DEFAULT"
     """How Ray places the simulated actors: ``DEFAULT`` (packs nodes, fewer transfers) or ``SPREAD`` (one node
     after another, e.g. to use every machine's simulators)."""
@@ -179,6 +185,16 @@ class OnlineConfig:
     def __post_init__(self) -> None:
         if self.actors < 1:
             raise ValueError(f"actors: must be >= 1, got {self.actors}")
+        if self.actor.task and self.actor.task not in self.fleet.tasks:
+            raise ValueError(f"actor.task: {self.actor.task!r} is not one of fleet.tasks {self.fleet.tasks}")
+
+    def actor_task(self, index: int) -> tuple[str, int]:
+        """(environment id, task number) actor ``index`` runs."""
+        tasks = self.fleet.tasks
+        if not tasks:
+            return self.actor.env_id, 0
+        k = tasks.index(self.actor.task) if self.actor.task else index % len(tasks)
+        return tasks[k], k
 
 
 DEFAULT_CONFIG = "config/learners/online_pick_lift.yaml"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import tempfile
 import threading
 import time
@@ -175,12 +176,12 @@ def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, b
     started = not ray.is_initialized()
     if started:
         ray.init(address=address or cfg.fleet.ray_address or None, include_dashboard=False, log_to_driver=False,
-                 logging_level="WARNING")
+                 logging_level=logging.WARNING)
     t0 = time.perf_counter()
     res = dict(cfg.fleet.learner_resources)
     learner_opts = {"num_cpus": res.pop("num_cpus", 1.0), "num_gpus": res.pop("num_gpus", 0.0), "resources": res,
                     "max_concurrency": 4}
-    learner = ray.remote(LearnerWorker).options(**learner_opts).remote(str(run))  # type: ignore[attr-defined]
+    learner: Any = ray.remote(LearnerWorker).options(**learner_opts).remote(str(run))
     workers: list[Any] = []
     try:
         learner_address = ray.get(learner.start.remote())
@@ -189,8 +190,7 @@ def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, b
         ares = dict(cfg.fleet.actor_resources)
         actor_opts = {"num_cpus": ares.pop("num_cpus", 1.0), "num_gpus": ares.pop("num_gpus", 0.0),
                       "resources": ares, "max_concurrency": 2, "scheduling_strategy": cfg.fleet.actor_strategy}
-        workers = [ray.remote(ActorWorker).options(**actor_opts).remote()  # type: ignore[attr-defined]
-                   for _ in range(cfg.actors)]
+        workers = [ray.remote(ActorWorker).options(**actor_opts).remote() for _ in range(cfg.actors)]
         refs = {w.run.remote(learner, learner_address, key, run_id, i, (actor_overrides or [[]] * cfg.actors)[i]): i
                 for i, w in enumerate(workers)}
         records: dict[int, list[dict[str, Any]]] = {}

@@ -79,7 +79,7 @@ def read_secret(path: str | Path) -> bytes:
     return key
 
 
-def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | Path, index: int = 0,
+def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | Path, index: int | None = None,
                           name: str = "", tls_ca: str = "", overrides: Sequence[str] = (),
                           log: Callable[[str], None] = _say) -> list[dict[str, Any]]:
     """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes."""
@@ -87,7 +87,8 @@ def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | 
 
     records = run_remote_actor(parse_address(connect), read_secret(secret_file), workdir, index, name, tls_ca,
                                list(overrides))
-    log(f"actor {name or index}: {sum(r['success'] for r in records)}/{len(records)} episodes succeeded")
+    who = name or (records[0]["actor"] if records else index)
+    log(f"actor {who}: {sum(r['success'] for r in records)}/{len(records)} episodes succeeded")
     return records
 
 
@@ -127,7 +128,9 @@ def add_role_parsers(sub: Any) -> None:
     learner.add_argument("--max-seconds", type=float, default=None, help="stop after this long")
     actor = sub.add_parser("actor", help="one actor process of a run folder, or of a learner on another machine")
     actor.add_argument("--run", default=None, help="run folder holding online.yaml (a learner on this machine)")
-    actor.add_argument("--index", type=int, default=0, help="actor number (seeds, log file)")
+    actor.add_argument("--index", type=int, default=None,
+                       help="actor number (seeds, episode ids, log file); default 0, or with --connect the number the "
+                            "learner gives this actor's name")
     actor.add_argument("--connect", default=None, metavar="HOST:PORT",
                        help="join the learner at HOST:PORT over TCP (its fleet.listen) instead of a run folder")
     actor.add_argument("--secret-file", default=None, help="copy of the run's learner.key (with --connect)")
@@ -153,7 +156,7 @@ def run_role(args: argparse.Namespace) -> None:
         run_remote_actor_role(args.connect, args.secret_file, args.workdir or "robot_rl_actor", args.index,
                               args.name, args.tls_ca, args.overrides)
     elif args.run:
-        run_actor_role(args.run, args.index)
+        run_actor_role(args.run, args.index or 0)
     else:
         raise ValueError("actor: give --run FOLDER (this machine) or --connect HOST:PORT")
 

@@ -69,6 +69,8 @@ class ActorLink:
     """Human-controlled steps received from this actor."""
     version: int = -1
     """Weights version the actor last reported acting with."""
+    task: int = 0
+    """The fleet task its steps come from."""
     last_seen: float = field(default_factory=time.time)
     joined: float = field(default_factory=time.time)
     ack: int | None = None
@@ -91,6 +93,7 @@ class TcpTransitionServer:
         self._listener = socket.create_server((host, port))
         self.address: tuple[str, int] = self._listener.getsockname()[:2]
         self.links: dict[str, ActorLink] = {}
+        self._departed: dict[str, dict[str, Any]] = {}
         self.refused: list[str] = []
         """Why connections were refused or dropped (wrong secret, malformed batch...), with the peer."""
         self.flush_requested = False
@@ -122,7 +125,8 @@ class TcpTransitionServer:
                 old = self.links.pop(actor, None)
                 mark = self.inbox.mark(actor)
                 received = self.inbox.received.get(actor, mark)
-                send_frame(sock, {"type": "resume", "mark": mark, "received": received, **self.welcome})
+                send_frame(sock, {"type": "resume", "mark": mark, "received": received,
+                                  "number": self.inbox.number(actor), **self.welcome})
                 offered = self._weights if self._wants_weights(hello) else None
                 link = ActorLink(actor, hello, sock, peer, weights=offered)
                 self.links[actor] = link
@@ -199,6 +203,8 @@ class TcpTransitionServer:
         if kind != "batch" or not isinstance(header.get("seq"), int) or not (oldest is None or isinstance(oldest, int)):
             raise FrameError(f"unexpected {kind!r} message")
         batch = decode_transitions(payload)
+        if batch:
+            link.task = batch[-1].task
         if self.inbox.accept(link.actor, header["seq"], oldest):
             out.extend(batch)
             link.steps += len(batch)
@@ -218,6 +224,7 @@ class TcpTransitionServer:
         with self._lock:
             if self.links.get(link.actor) is link:
                 del self.links[link.actor]
+                self._departed[link.actor] = {**self._row(link), "connected": False, "left": why}
         self._close_link(link)
 
     def acknowledge(self, marks: dict[str, int]) -> None:
@@ -246,13 +253,21 @@ class TcpTransitionServer:
         """Whether an actor gets weights on this connection (Ray actors take them from Ray's object store)."""
         return hello.get("weights", "tcp") == "tcp"
 
+    @staticmethod
+    def _row(link: ActorLink) -> dict[str, Any]:
+        return {**link.info, "actor": link.actor, "peer": link.peer, "steps": link.steps, "batches": link.batches,
+                "interventions": link.interventions, "version": link.version, "task_index": link.task,
+                "sent_version": link.sent_version, "last_seen": link.last_seen, "joined": link.joined,
+                "connected": True}
+
     def status(self) -> list[dict[str, Any]]:
-        """Per connected actor: id, peer, what it said about itself, counters, weights version, last seen."""
+        """Every actor heard from since the learner started, connected ones first.
+
+        Id, peer, what it said about itself, counters of this connection, weights version, last seen.
+        """
         with self._lock:
-            return [{**link.info, "actor": link.actor, "peer": link.peer, "steps": link.steps,
-                     "batches": link.batches, "interventions": link.interventions, "version": link.version,
-                     "sent_version": link.sent_version, "last_seen": link.last_seen, "joined": link.joined}
-                    for link in self.links.values()]
+            rows = [self._row(link) for link in self.links.values()]
+            return rows + [r for actor, r in self._departed.items() if actor not in self.links]
 
     def close(self) -> None:
         """Stop listening and disconnect every actor."""
