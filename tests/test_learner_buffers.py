@@ -138,3 +138,36 @@ def test_sample_gives_the_base_action_of_the_next_step() -> None:
     expected = np.where(last_of_episode, i, i + 1)
     assert np.array_equal(batch["next_base_action"][:, 0], expected.astype(np.float32))
     assert last_of_episode.any() and (~last_of_episode).any()
+
+
+def test_decoded_columns_are_checked_as_each_step_would_be() -> None:
+    """Decoding checks whole columns instead of each step: the rows it builds are what the checked constructor
+    builds from the same values (field types included), and every kind of bad column a peer could send is
+    refused with the column's name."""
+    from safetensors.numpy import load, save
+
+    items = [make(i, human=i % 3 == 0) for i in range(10)]
+    back = decode_transitions(encode_transitions(items))
+    for t in back:
+        checked = t.replace()  # the full per-step check of the same values
+        assert same(t, checked) and all(type(getattr(t, k)) is type(getattr(checked, k)) for k in vars(checked))
+
+    def tampered(**cols: np.ndarray) -> bytes:
+        base = load(encode_transitions(items))
+        return bytes(save({**base, **cols}))
+
+    n = len(items)
+    cases = {
+        "obs.state": {"obs.state": np.full((n, 3), np.nan, np.float32)},
+        "reward": {"reward": np.full(n, np.inf)},
+        "episode_id": {"episode_id": np.full(n, -1, np.int64)},
+        "next_obs_stamp": {"next_obs_stamp": np.zeros(n)},
+        "an intervention step must be 'human'": {"source": np.zeros(n, np.uint8)},
+        "source": {"source": np.full(n, 9, np.uint8)},
+        "action": {"action": np.zeros((n, 2), np.float64)},
+        "rows": {"step": np.zeros(n + 1, np.int64)},
+        "next_observation.cam": {"next_obs.cam": np.zeros((n, 2, 2, 3), np.uint8)},
+    }
+    for what, cols in cases.items():
+        with pytest.raises(SpecError, match=what.replace("(", r"\(")):
+            decode_transitions(tampered(**cols))

@@ -130,6 +130,17 @@ class Transition:
                 raise SpecError(f"{name}: expected shape ({action_spec.dim},) from the action spec, got {value.shape}")
         return self
 
+    @classmethod
+    def trusted(cls, **values: Any) -> Transition:
+        """A step from values already checked as a whole (robot_rl.learners.buffers.check_columns), unchecked.
+
+        Every field must be given, with the types ``__post_init__`` would leave (Python bools, ints and floats,
+        numpy arrays, a SegmentSource).
+        """
+        obj = object.__new__(cls)
+        obj.__dict__.update(values)
+        return obj
+
     def replace(self, **changes: Any) -> Transition:
         """A copy with some fields changed (validated again)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,304 @@
+"""Fleet transport, side by side in one run: ingest at the learner, weight push, actor scaling.
+
+    .venv/bin/python benchmarks/fleet_transport.py [--seconds 4] [--skip-ray]
+
+1. Ingest: sender processes stream pre-built transition batches (state-only, or with a 64x64 RGB camera in
+   the observation and the next observation) to a receiver that decodes them, as the learner does. Three
+   transports: this machine's socket (robot_rl.learners.transport), TCP with the exactly-once outbox (every
+   batch fsynced on the actor before it is sent; robot_rl.learners.tcp_transport), and Ray actor calls
+   (a sink actor's method takes the safetensors bytes; what using Ray itself for transitions would give).
+2. Weight push: a 10 M-parameter policy (40 MB of float32 safetensors) published once, to 4 actors: over TCP
+   (each actor's reader checks SHA-256 and writes ``v<N>/``) and through Ray's object store (one ``ray.put``,
+   4 ``ray.get``); time from publish until the last actor holds it on disk.
+3. Scaling: QuadHover env steps/s of 1, 2 and 4 simulated actor processes, each with the hover expert,
+   streaming to one TCP learner endpoint; ratio to linear (1 actor x N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from robot_rl.core.transition import Transition
+from robot_rl.learners.buffers import decode_transitions, encode_transitions
+from robot_rl.learners.delivery import Outbox
+from robot_rl.learners.tcp_transport import TcpActorClient, TcpTransitionServer
+from robot_rl.learners.transport import SocketTransitionClient, SocketTransitionServer
+from robot_rl.learners.wire import pack_weights
+
+KEY = b"b" * 32
+
+
+def batch(n: int, camera: bool) -> list[Transition]:
+    rng = np.random.default_rng(0)
+    out = []
+    for k in range(n):
+        obs: dict[str, np.ndarray] = {"state": rng.standard_normal(32).astype(np.float32)}
+        if camera:
+            obs["front"] = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
+        out.append(Transition(observation=obs, next_observation=obs, action=rng.standard_normal(7).astype(np.float32),
+                              reward=0.0, terminated=False, truncated=False, episode_id=0, step=k))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- ingest
+def _socket_sender(address: str, n: int, camera: bool, seconds: float) -> None:
+    client = SocketTransitionClient(address, KEY)
+    items = batch(n, camera)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        client.send(items)
+    client.close()
+
+
+def _tcp_sender(port: int, n: int, camera: bool, seconds: float, folder: str, name: str) -> None:
+    client = TcpActorClient(("127.0.0.1", port), KEY, name, Outbox(folder))
+    client.connect()
+    items = batch(n, camera)
+    end = time.monotonic() + seconds
+    sent = 0
+    while time.monotonic() < end:
+        client.send(items)
+        sent += 1
+        if sent % 50 == 0:
+            client.outbox.ack(client.outbox.next_seq - 1)  # the benchmark's learner never checkpoints
+    client.close()
+
+
+def ingest(kind: str, senders: int, n: int, camera: bool, seconds: float) -> float:
+    """Transitions/s decoded at the receiver."""
+    procs: list[mp.Process] = []
+    received = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        if kind == "socket":
+            server: Any = SocketTransitionServer(os.path.join(tmp, "s.sock"), KEY)
+            args = [(server.address, n, camera, seconds) for _ in range(senders)]
+            target: Any = _socket_sender
+        else:
+            server = TcpTransitionServer(KEY, host="127.0.0.1")
+            args = [(server.address[1], n, camera, seconds, os.path.join(tmp, f"o{i}"), f"a{i}")
+                    for i in range(senders)]
+            target = _tcp_sender
+        procs = [mp.get_context("spawn").Process(target=target, args=a) for a in args]
+        for p in procs:
+            p.start()
+        while not received:  # clock starts at the first batch (process start-up is not transport)
+            received += len(server.receive(timeout=0.1))
+        t0 = time.perf_counter()
+        received = 0
+        while any(p.is_alive() for p in procs):
+            received += len(server.receive(timeout=0.05))
+        received += len(server.receive(timeout=0.2))
+        elapsed = time.perf_counter() - t0
+        server.close()
+    return received / elapsed
+
+
+def ingest_ray(senders: int, n: int, camera: bool, seconds: float) -> float:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Sink:
+        def __init__(self) -> None:
+            self.count = 0
+
+        def put(self, payload: bytes) -> int:
+            self.count += len(decode_transitions(payload))
+            return self.count
+
+        def total(self) -> int:
+            return self.count
+
+    @ray.remote(num_cpus=0)
+    def send(sink: Any, n: int, camera: bool, seconds: float) -> int:
+        payload = encode_transitions(batch(n, camera))
+        end = time.monotonic() + seconds
+        pending: list[Any] = []
+        k = 0
+        while time.monotonic() < end:
+            pending.append(sink.put.remote(payload))
+            k += 1
+            if len(pending) > 8:
+                ray.wait(pending, num_returns=len(pending) - 8)
+                pending = pending[-8:]
+        ray.get(pending)
+        return k
+
+    sink = Sink.remote()
+    ray.get(sink.total.remote())
+    t0 = time.perf_counter()
+    ray.get([send.remote(sink, n, camera, seconds) for _ in range(senders)])
+    total = ray.get(sink.total.remote())
+    return float(total) / (time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------- weights
+def _weights_folder(root: Path, params: int) -> Path:
+    from safetensors.numpy import save_file
+
+    folder = root / "v1"
+    folder.mkdir(parents=True)
+    side = int(np.sqrt(params / 4))
+    save_file({f"layer{i}.weight": np.random.default_rng(i).standard_normal((side, side)).astype(np.float32)
+               for i in range(4)}, str(folder / "actor.safetensors"))
+    (folder / "actor.json").write_text('{"version": 1}')
+    return folder
+
+
+def _tcp_weights_actor(port: int, folder: str, name: str, ready: Any, done: Any) -> None:
+    client = TcpActorClient(("127.0.0.1", port), KEY, name, Outbox(os.path.join(folder, "outbox")),
+                            weights_dir=os.path.join(folder, "weights"))
+    client.connect()
+    ready.put(name)
+    while not client.received_versions:
+        time.sleep(0.001)
+    done.put(client.received_versions[0][1])
+
+
+def push_tcp(folder: Path, actors: int) -> float:
+    ctx = mp.get_context("spawn")
+    ready, done = ctx.Queue(), ctx.Queue()
+    server = TcpTransitionServer(KEY, host="127.0.0.1")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [ctx.Process(target=_tcp_weights_actor, args=(server.address[1], os.path.join(tmp, f"a{i}"), f"a{i}",
+                                                               ready, done)) for i in range(actors)]
+        for p in procs:
+            p.start()
+        for _ in procs:
+            ready.get(timeout=60)
+        while server.num_actors < actors:
+            time.sleep(0.01)
+        t0 = time.time()
+        header, payload = pack_weights(folder, 1)
+        server.broadcast(1, header, payload)
+        last = max(done.get(timeout=60) for _ in procs)
+        for p in procs:
+            p.join()
+    server.close()
+    return last - t0
+
+
+def push_ray(folder: Path, actors: int) -> float:
+    import ray
+
+    from robot_rl.learners.wire import unpack_weights
+
+    @ray.remote(num_cpus=0)
+    class Holder:
+        def __init__(self, root: str) -> None:
+            self.root = root
+
+        def take(self, refs: list[Any]) -> float:
+            header, payload = ray.get(refs[0])
+            unpack_weights(header, payload, self.root)
+            return time.time()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        holders = [Holder.remote(os.path.join(tmp, f"a{i}")) for i in range(actors)]
+        ray.get([h.__ray_ready__.remote() for h in holders])
+        t0 = time.time()
+        ref = ray.put(pack_weights(folder, 1))
+        last = max(ray.get([h.take.remote([ref]) for h in holders]))
+    return last - t0
+
+
+# ---------------------------------------------------------------------------------------------- scaling
+def _sim_actor(port: int, folder: str, name: str, seconds: float, out: Any) -> None:
+    import gymnasium as gym
+
+    import robot_rl.sim  # noqa: F401
+    from robot_rl.runtime.episode import EpisodeHooks, run_episode
+    from robot_rl.sim.experts import expert_for
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    env = gym.make("robot_rl/QuadHover-v0")
+    client = TcpActorClient(("127.0.0.1", port), KEY, name, Outbox(folder))
+    client.connect()
+    pending: list[Transition] = []
+
+    def add(t: Transition) -> None:
+        pending.append(t)
+        if len(pending) >= 64:
+            client.send(pending)
+            pending.clear()
+
+    expert = expert_for(env)
+    steps, k = 0, 0
+    end = time.monotonic() + seconds
+    t0 = time.perf_counter()
+    while time.monotonic() < end:
+        steps += run_episode(env, expert, episode_id=k, seed=k, hooks=EpisodeHooks(on_transition=add)).length
+        k += 1
+    out.put(steps / (time.perf_counter() - t0))
+
+
+def scaling(actors: int, seconds: float) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    server = TcpTransitionServer(KEY, host="127.0.0.1")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [ctx.Process(target=_sim_actor, args=(server.address[1], os.path.join(tmp, f"a{i}"), f"a{i}", seconds,
+                                                       out)) for i in range(actors)]
+        for p in procs:
+            p.start()
+        while any(p.is_alive() for p in procs):
+            server.receive(timeout=0.05)
+        rates = [out.get(timeout=10) for _ in procs]
+    server.close()
+    return float(sum(rates))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--skip-ray", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores")
+    use_ray = not args.skip_ray
+    if use_ray:
+        import ray
+
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    print("\n1. ingest at the learner (transitions/s decoded), 2 sender processes")
+    print(f"{'payload':<34} {'socket':>10} {'TCP+outbox':>11} {'Ray calls':>10}")
+    for label, n, camera in (("state-only, batches of 64", 64, False), ("state-only, batches of 5", 5, False),
+                             ("64x64 camera, batches of 16", 16, True)):
+        sock = ingest("socket", 2, n, camera, args.seconds)
+        tcp = ingest("tcp", 2, n, camera, args.seconds)
+        ray_rate = ingest_ray(2, n, camera, args.seconds) if use_ray else float("nan")
+        print(f"{label:<34} {sock:>10.0f} {tcp:>11.0f} {ray_rate:>10.0f}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _weights_folder(Path(tmp), 10_000_000)
+        size = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
+        print(f"\n2. weight push, 10 M parameters ({size:.0f} MB), publish -> last of 4 actors holds it")
+        tcp = [push_tcp(folder, 4) for _ in range(3)]
+        print(f"   TCP (SHA-256 checked, written to disk): {1000 * min(tcp):.0f} ms (best of 3; "
+              f"{', '.join(f'{1000 * t:.0f}' for t in tcp)})", flush=True)
+        if use_ray:
+            rr = [push_ray(folder, 4) for _ in range(3)]
+            print(f"   Ray object store (checked, written):   {1000 * min(rr):.0f} ms (best of 3; "
+                  f"{', '.join(f'{1000 * t:.0f}' for t in rr)})", flush=True)
+    if use_ray:
+        import ray
+
+        ray.shutdown()
+    print("\n3. scaling: QuadHover env steps/s with the expert, streaming to one TCP learner endpoint")
+    one = scaling(1, args.seconds)
+    print(f"   1 actor : {one:8.0f} steps/s")
+    for n in (2, 4):
+        rate = scaling(n, args.seconds)
+        print(f"   {n} actors: {rate:8.0f} steps/s = {rate / (n * one):.2f} x linear", flush=True)
+
+
+if __name__ == "__main__":
+    main()
