@@ -8,8 +8,9 @@
    batch fsynced on the actor before it is sent; robot_rl.learners.tcp_transport), and Ray actor calls
    (a sink actor's method takes the safetensors bytes; what using Ray itself for transitions would give).
 2. Weight push: a 10 M-parameter policy (40 MB of float32 safetensors) published once, to 4 actors: over TCP
-   (each actor's reader checks SHA-256 and writes ``v<N>/``) and through Ray's object store (one ``ray.put``,
-   4 ``ray.get``); time from publish until the last actor holds it on disk.
+   (each actor's reader checks SHA-256 and writes ``v<N>/`` into its weights folder, kept in /dev/shm) and
+   through Ray's object store (one ``ray.put``, 4 ``ray.get``, checked and written the same way); time from
+   publish (packing included) until the last actor holds it.
 3. Scaling: QuadHover env steps/s of 1, 2 and 4 simulated actor processes, each with the hover expert,
    streaming to one TCP learner endpoint; ratio to linear (1 actor x N).
 """
@@ -156,6 +157,9 @@ def _weights_folder(root: Path, params: int) -> Path:
 
 
 def _tcp_weights_actor(port: int, folder: str, name: str, ready: Any, done: Any) -> None:
+    from robot_rl.learners.actor_process import weights_in_memory
+
+    weights_in_memory(Path(folder))  # as run_remote_actor does
     client = TcpActorClient(("127.0.0.1", port), KEY, name, Outbox(os.path.join(folder, "outbox")),
                             weights_dir=os.path.join(folder, "weights"))
     client.connect()
@@ -203,11 +207,11 @@ def push_ray(folder: Path, actors: int) -> float:
             unpack_weights(header, payload, self.root)
             return time.time()
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
         holders = [Holder.remote(os.path.join(tmp, f"a{i}")) for i in range(actors)]
         ray.get([h.__ray_ready__.remote() for h in holders])
         t0 = time.time()
-        ref = ray.put(pack_weights(folder, 1))
+        ref = ray.put(pack_weights(folder, 1))  # checked and written to RAM as TCP actors do
         last = max(ray.get([h.take.remote([ref]) for h in holders]))
     return last - t0
 
@@ -233,6 +237,7 @@ def _sim_actor(port: int, folder: str, name: str, seconds: float, out: Any) -> N
             pending.clear()
 
     expert = expert_for(env)
+    run_episode(env, expert, episode_id=0, seed=0)  # warm-up: JIT-compiled kernels are built (or loaded) here
     steps, k = 0, 0
     end = time.monotonic() + seconds
     t0 = time.perf_counter()
@@ -262,6 +267,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--senders", type=int, default=2, help="sender processes in the ingest test")
+    parser.add_argument("--actors", default="2,4", help="actor counts of the scaling test (besides 1)")
+    parser.add_argument("--repeats", type=int, default=3, help="weight pushes timed per transport")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores")
     use_ray = not args.skip_ray
@@ -269,24 +277,24 @@ def main() -> None:
         import ray
 
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    print("\n1. ingest at the learner (transitions/s decoded), 2 sender processes")
+    print(f"\n1. ingest at the learner (transitions/s decoded), {args.senders} sender processes")
     print(f"{'payload':<34} {'socket':>10} {'TCP+outbox':>11} {'Ray calls':>10}")
     for label, n, camera in (("state-only, batches of 64", 64, False), ("state-only, batches of 5", 5, False),
                              ("64x64 camera, batches of 16", 16, True)):
-        sock = ingest("socket", 2, n, camera, args.seconds)
-        tcp = ingest("tcp", 2, n, camera, args.seconds)
-        ray_rate = ingest_ray(2, n, camera, args.seconds) if use_ray else float("nan")
+        sock = ingest("socket", args.senders, n, camera, args.seconds)
+        tcp = ingest("tcp", args.senders, n, camera, args.seconds)
+        ray_rate = ingest_ray(args.senders, n, camera, args.seconds) if use_ray else float("nan")
         print(f"{label:<34} {sock:>10.0f} {tcp:>11.0f} {ray_rate:>10.0f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = _weights_folder(Path(tmp), 10_000_000)
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
         print(f"\n2. weight push, 10 M parameters ({size:.0f} MB), publish -> last of 4 actors holds it")
-        tcp = [push_tcp(folder, 4) for _ in range(3)]
-        print(f"   TCP (SHA-256 checked, written to disk): {1000 * min(tcp):.0f} ms (best of 3; "
+        tcp = [push_tcp(folder, 4) for _ in range(args.repeats)]
+        print(f"   TCP (SHA-256 checked, written):        {1000 * min(tcp):.0f} ms (best of {args.repeats}; "
               f"{', '.join(f'{1000 * t:.0f}' for t in tcp)})", flush=True)
         if use_ray:
-            rr = [push_ray(folder, 4) for _ in range(3)]
-            print(f"   Ray object store (checked, written):   {1000 * min(rr):.0f} ms (best of 3; "
+            rr = [push_ray(folder, 4) for _ in range(args.repeats)]
+            print(f"   Ray object store (checked, written):   {1000 * min(rr):.0f} ms (best of {args.repeats}; "
                   f"{', '.join(f'{1000 * t:.0f}' for t in rr)})", flush=True)
     if use_ray:
         import ray
@@ -295,7 +303,7 @@ def main() -> None:
     print("\n3. scaling: QuadHover env steps/s with the expert, streaming to one TCP learner endpoint")
     one = scaling(1, args.seconds)
     print(f"   1 actor : {one:8.0f} steps/s")
-    for n in (2, 4):
+    for n in [int(a) for a in args.actors.split(",")]:
         rate = scaling(n, args.seconds)
         print(f"   {n} actors: {rate:8.0f} steps/s = {rate / (n * one):.2f} x linear", flush=True)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import shutil
 import signal
 import threading
 import time
@@ -205,6 +207,8 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     from robot_rl.learners.wire import tls_client_context
 
     workdir = actor_folder(workdir, key)
+    workdir.mkdir(parents=True, exist_ok=True)
+    mirror = weights_in_memory(workdir)
     name = name or f"{this_host()}-{index or 0}"
     tls = tls_client_context(tls_ca) if tls_ca else None
     info = {"host": this_host(), "weights": weights}
@@ -227,4 +231,29 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     cfg = load_config(OnlineConfig, workdir / CONFIG_FILE, overrides or [])
     if index is None:
         index = REMOTE_INDEX_BASE + int(client.welcome.get("number", 0))
-    return run_actor(cfg, workdir, index, progress, sender=client, stop=stop)
+    try:
+        return run_actor(cfg, workdir, index, progress, sender=client, stop=stop)
+    finally:
+        if mirror is not None:
+            shutil.rmtree(mirror, ignore_errors=True)
+
+
+def weights_in_memory(folder: Path) -> Path | None:
+    """Point ``folder/weights`` at a folder in shared memory (``/dev/shm``) when the machine has one; returns it.
+
+    An actor's weights are a cache of the learner's (it sends the newest again when the actor rejoins), so
+    they need not survive a reboot; written to RAM, a 40 MB version is on hand in ~20 ms instead of the
+    ~100 ms a disk write takes.
+    """
+    shm = Path("/dev/shm")
+    link = folder / "weights"
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        return None
+    target = shm / f"robot_rl_{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
+    target.mkdir(exist_ok=True)
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)
+    link.symlink_to(target, target_is_directory=True)
+    return target

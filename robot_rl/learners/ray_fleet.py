@@ -115,11 +115,13 @@ class ActorWorker:
         """
         import ray
 
-        from robot_rl.learners.actor_process import actor_folder, run_remote_actor
+        from robot_rl.learners.actor_process import actor_folder, run_remote_actor, weights_in_memory
 
         workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
-        follow = threading.Thread(target=self._follow, args=(learner, actor_folder(workdir, key) / "weights"),
-                                  daemon=True)
+        folder = actor_folder(workdir, key)
+        folder.mkdir(parents=True, exist_ok=True)
+        weights_in_memory(folder)  # before the follower writes: run_remote_actor points it at the same place
+        follow = threading.Thread(target=self._follow, args=(learner, folder / "weights"), daemon=True)
         follow.start()
         try:
             records = run_remote_actor(tuple(address), key, workdir, index, name=f"ray-{index}",  # type: ignore[arg-type]
