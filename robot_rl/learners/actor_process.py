@@ -14,9 +14,7 @@ SIGTERM (or SIGINT) ends the actor after the current episode: its steps are deli
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
 import shutil
 import signal
 import threading
@@ -179,11 +177,6 @@ REMOTE_INDEX_BASE = 1000
 name), so their episode ids never collide with this machine's actors ``0..actors-1`` or with each other."""
 
 
-def actor_folder(workdir: str | Path, key: bytes) -> Path:
-    """Where an actor on another machine keeps one run's config, weights, log and outbox."""
-    return Path(workdir) / f"run-{hashlib.sha256(key).hexdigest()[:12]}"
-
-
 def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, index: int | None = None,
                      name: str = "", tls_ca: str = "", overrides: list[str] | None = None, join_timeout: float = 60.0,
                      progress: bool = False, stop: threading.Event | None = None,
@@ -203,7 +196,7 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     from robot_rl.learners.delivery import Outbox
     from robot_rl.learners.fleet_status import this_host
     from robot_rl.learners.roles import CONFIG_FILE
-    from robot_rl.learners.tcp_transport import TcpActorClient
+    from robot_rl.learners.tcp_transport import TcpActorClient, actor_folder, weights_in_memory
     from robot_rl.learners.wire import tls_client_context
 
     workdir = actor_folder(workdir, key)
@@ -236,24 +229,3 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     finally:
         if mirror is not None:
             shutil.rmtree(mirror, ignore_errors=True)
-
-
-def weights_in_memory(folder: Path) -> Path | None:
-    """Point ``folder/weights`` at a folder in shared memory (``/dev/shm``) when the machine has one; returns it.
-
-    An actor's weights are a cache of the learner's (it sends the newest again when the actor rejoins), so
-    they need not survive a reboot; written to RAM, a 40 MB version is on hand in ~20 ms instead of the
-    ~100 ms a disk write takes.
-    """
-    shm = Path("/dev/shm")
-    link = folder / "weights"
-    if not shm.is_dir() or not os.access(shm, os.W_OK):
-        return None
-    target = shm / f"robot_rl_{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
-    target.mkdir(exist_ok=True)
-    if link.is_symlink():
-        link.unlink()
-    elif link.exists():
-        shutil.rmtree(link)
-    link.symlink_to(target, target_is_directory=True)
-    return target

@@ -115,7 +115,8 @@ class ActorWorker:
         """
         import ray
 
-        from robot_rl.learners.actor_process import actor_folder, run_remote_actor, weights_in_memory
+        from robot_rl.learners.actor_process import run_remote_actor
+        from robot_rl.learners.tcp_transport import actor_folder, weights_in_memory
 
         workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
         folder = actor_folder(workdir, key)

@@ -21,8 +21,11 @@ per-actor bookkeeping for ``robot-rl online status``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import os
 import select
+import shutil
 import socket
 import ssl
 import threading
@@ -447,3 +450,31 @@ class TcpActorClient:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+
+
+# ---------------------------------------------------------------------------- an actor's own folder
+def actor_folder(workdir: str | Path, key: bytes) -> Path:
+    """Where an actor on another machine keeps one run's config, weights, log and outbox."""
+    return Path(workdir) / f"run-{hashlib.sha256(key).hexdigest()[:12]}"
+
+
+def weights_in_memory(folder: Path) -> Path | None:
+    """Point ``folder/weights`` at a folder in shared memory (``/dev/shm``) when the machine has one; returns it.
+
+    An actor's weights are a cache of the learner's (it sends the newest again when the actor rejoins), so
+    they need not survive a reboot; written to RAM, a 40 MB version is on hand in ~20 ms instead of the
+    ~100 ms a disk write takes.
+    """
+    shm = Path("/dev/shm")
+    link = folder / "weights"
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        return None
+    target = shm / f"robot_rl_{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
+    target.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)
+    link.symlink_to(target, target_is_directory=True)
+    return target
