@@ -270,6 +270,7 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=2, help="sender processes in the ingest test")
     parser.add_argument("--actors", default="2,4", help="actor counts of the scaling test (besides 1)")
     parser.add_argument("--repeats", type=int, default=3, help="weight pushes timed per transport")
+    parser.add_argument("--parts", default="ingest,push,scaling", help="which of the three measurements to run")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores")
     use_ray = not args.skip_ray
@@ -277,22 +278,27 @@ def main() -> None:
         import ray
 
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    parts = args.parts.split(",")
     print(f"\n1. ingest at the learner (transitions/s decoded), {args.senders} sender processes")
     print(f"{'payload':<34} {'socket':>10} {'TCP+outbox':>11} {'Ray calls':>10}")
-    for label, n, camera in (("state-only, batches of 64", 64, False), ("state-only, batches of 5", 5, False),
-                             ("64x64 camera, batches of 16", 16, True)):
+    payloads = [("state-only, batches of 64", 64, False), ("state-only, batches of 5", 5, False),
+                ("64x64 camera, batches of 16", 16, True)]
+    for label, n, camera in payloads if "ingest" in parts else []:
         sock = ingest("socket", args.senders, n, camera, args.seconds)
         tcp = ingest("tcp", args.senders, n, camera, args.seconds)
         ray_rate = ingest_ray(args.senders, n, camera, args.seconds) if use_ray else float("nan")
         print(f"{label:<34} {sock:>10.0f} {tcp:>11.0f} {ray_rate:>10.0f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
+        if "push" not in parts:
+            args.repeats = 0
         folder = _weights_folder(Path(tmp), 10_000_000)
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
         print(f"\n2. weight push, 10 M parameters ({size:.0f} MB), publish -> last of 4 actors holds it")
         tcp = [push_tcp(folder, 4) for _ in range(args.repeats)]
-        print(f"   TCP (SHA-256 checked, written):        {1000 * min(tcp):.0f} ms (best of {args.repeats}; "
-              f"{', '.join(f'{1000 * t:.0f}' for t in tcp)})", flush=True)
-        if use_ray:
+        if tcp:
+            print(f"   TCP (SHA-256 checked, written):        {1000 * min(tcp):.0f} ms (best of {args.repeats}; "
+                  f"{', '.join(f'{1000 * t:.0f}' for t in tcp)})", flush=True)
+        if use_ray and tcp:
             rr = [push_ray(folder, 4) for _ in range(args.repeats)]
             print(f"   Ray object store (checked, written):   {1000 * min(rr):.0f} ms (best of {args.repeats}; "
                   f"{', '.join(f'{1000 * t:.0f}' for t in rr)})", flush=True)
@@ -300,6 +306,8 @@ def main() -> None:
         import ray
 
         ray.shutdown()
+    if "scaling" not in parts:
+        return
     print("\n3. scaling: QuadHover env steps/s with the expert, streaming to one TCP learner endpoint")
     one = scaling(1, args.seconds)
     print(f"   1 actor : {one:8.0f} steps/s")

@@ -5,12 +5,18 @@ config: the policy node streams every step with its base policy's action, the le
 base alone, then trains SAC and publishes residuals, which the policy node swaps in between steps; its
 executed action then differs from the base by at most the residual's bound. A success event closes the
 episode with the sparse reward. Everything published stays finite.
+
+The policy node joins the learner as a robot on another machine would (``learner_connect``: TCP with the
+run's secret; config and residuals come over the connection into its own folder), so every stored step
+also matches the policy node's outbox journal (count and hash).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import socket
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +30,10 @@ from std_msgs.msg import Float64, Float64MultiArray, Int64, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from test_ros_policy_node import _policy  # noqa: E402
 
-from robot_rl.learners.buffers import ReplayBuffer  # noqa: E402
+from robot_rl.learners.buffers import ReplayBuffer, decode_transitions  # noqa: E402
+from robot_rl.learners.delivery import read_commit, read_journal, row_digests, transition_digest  # noqa: E402
+from robot_rl.learners.tcp_transport import actor_folder  # noqa: E402
+from robot_rl.learners.transport import load_or_create_key  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.qos import LATCHED  # noqa: E402
 
@@ -45,7 +54,17 @@ def _finite(values: list[float]) -> bool:
 
 def test_policy_node_runs_a_residual_on_its_base_and_swaps_in_the_learners_versions(tmp_path: Path) -> None:
     ckpt = _policy().save(tmp_path / "policy")
-    description, run = online_graph(tmp_path, ckpt, CONFIG)  # the episode ends through ~/success
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "run").mkdir()
+    key = load_or_create_key(tmp_path / "run")  # the learner keeps it; a robot gets a copy
+    (tmp_path / "robot.key").write_text(key.hex())
+    config = {**CONFIG, "fleet": {"listen": f"127.0.0.1:{port}"}}
+    description, run = online_graph(tmp_path, ckpt, config, learner_connect=f"127.0.0.1:{port}",
+                                    learner_secret_file=str(tmp_path / "robot.key"),
+                                    learner_workdir=str(tmp_path / "robot"), actor_name="arm-1")
+    # the episode ends through ~/success
     status: list[dict] = []
     learner_versions: list[int] = []
     policy_versions: list[int] = []
@@ -107,3 +126,9 @@ def test_policy_node_runs_a_residual_on_its_base_and_swaps_in_the_learners_versi
     assert len(ends) == 1 and ends[0].reward == 1.0 and ends[0].episode_id == 0  # the success event's reward
     assert all(t.reward == 0.0 for t in steps if not t.terminated)
     assert any(t.episode_id == 1 for t in steps)
+    journal = read_journal(actor_folder(tmp_path / "robot", key) / "outbox" / "arm-1")
+    stored = ReplayBuffer.load(run / "checkpoint" / "steps")
+    held = read_commit(run / "checkpoint")["held"]  # type: ignore[index]
+    extra = decode_transitions((run / "checkpoint" / held).read_bytes()) if held else []
+    assert Counter(journal) == Counter(row_digests(stored.columns, len(stored))
+                                       + [transition_digest(t) for t in extra])

@@ -40,7 +40,8 @@ from std_msgs.msg import Float64MultiArray, Int64
 from robot_rl.control.base import TargetRejected
 from robot_rl.core.device import check_device_name
 from robot_rl.core.spaces import SpecError
-from robot_rl.learners.graph_actor import StreamedResidual, check_streamable, read_run_config
+from robot_rl.learners.fleet_status import this_host
+from robot_rl.learners.graph_actor import RemoteRun, StreamedResidual, check_streamable, read_run_config
 from robot_rl.policies.base import Policy
 from robot_rl.robots import cf2x, robot_module
 from robot_rl.ros.command_publisher import CommandPublisher
@@ -84,6 +85,18 @@ class PolicyNodeConfig:
     """Run folder of a learner node to stream transitions to (and take weights from); "" = no learning."""
     send_every: int = 5
     """Steps per transition batch sent to the learner."""
+    learner_connect: str = ""
+    """host:port of a learner on another machine (its ``fleet.listen``): stream to it over TCP and take its
+    config and weights from it; wins over ``learner_run``."""
+    learner_secret_file: str = ""
+    """Copy of that run's ``learner.key`` (needed with ``learner_connect``)."""
+    learner_workdir: str = "robot_rl_actor"
+    """With ``learner_connect``: where the run's config, weights and the outbox of unacknowledged steps live."""
+    learner_tls_ca: str = ""
+    """With ``learner_connect``: PEM certificate the learner's TLS certificate is checked against."""
+    actor_name: str = ""
+    """This robot's id in the fleet (default: the host name); a replacement with the same id and workdir
+    re-sends what the learner has not checkpointed."""
 
     def __post_init__(self) -> None:
         if not self.policy_path:
@@ -96,6 +109,8 @@ class PolicyNodeConfig:
             raise ValueError(f"goal_pos must have 3 values, got {self.goal_pos}")
         parse_constants(self.constants)
         check_device_name(self.device)
+        if self.learner_connect and not self.learner_secret_file:
+            raise ValueError("learner_connect needs learner_secret_file (a copy of the run's learner.key)")
         if self.send_every < 1 or self.poll_s <= 0:
             raise ValueError(f"send_every must be >= 1 and poll_s > 0, got {self.send_every}, {self.poll_s}")
 
@@ -119,6 +134,9 @@ class PolicyNode(Node):
         constants = parse_constants(cfg.constants)
         if cfg.goal_pos:
             constants.setdefault("goal_pos", np.asarray(cfg.goal_pos, np.float32))
+        self.remote = None if not cfg.learner_connect else RemoteRun(
+            cfg.learner_connect, cfg.learner_secret_file, cfg.learner_workdir, cfg.actor_name or this_host(),
+            cfg.learner_tls_ca, {"host": this_host(), "robot": robot})
         self.feeds_back = "last_action" in policy.spec.state_dims and robot == cf2x.NAME
         if self.feeds_back:  # the quadrotor's previous action, as the env reports it: rest action first
             constants.setdefault("last_action", cf2x.rest_action(self.adapter.mode).astype(np.float32))
@@ -135,10 +153,12 @@ class PolicyNode(Node):
         self.actor: StreamingActor | None = None
         self.residual: StreamedResidual | None = None
         self.pub_base: Publisher | None = None
-        self._join = self.create_timer(cfg.poll_s, self._join_run) if cfg.learner_run else None
+        learning = cfg.learner_run or cfg.learner_connect
+        self._join = self.create_timer(cfg.poll_s, self._join_run) if learning else None
         self._join_run()
         if self._join is not None:
-            self.get_logger().info(f"{cfg.learner_run}: no run config yet; streaming starts when its learner writes it")
+            self.get_logger().info(f"{cfg.learner_connect or cfg.learner_run}: no run config yet; streaming starts "
+                                   "when the learner is reached")
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
         if self.runner.watcher is not None:
             self.create_timer(cfg.poll_s, self._poll_weights)
@@ -146,9 +166,15 @@ class PolicyNode(Node):
                                f"observation {self.runner.keys}, {self.adapter.mode.value} on {self.out.topic} at "
                                f"{cfg.rate_hz:g} Hz")
 
+    def _run_dir(self) -> Path | None:
+        """The learner's run folder, or the local mirror of a learner on another machine."""
+        if self.remote is not None:
+            return self.remote.folder
+        return Path(self.config.learner_run) if self.config.learner_run else None
+
     def _weights_dir(self) -> str | None:
-        cfg = self.config
-        return cfg.weights_dir or (str(Path(cfg.learner_run) / "weights") if cfg.learner_run else None)
+        run = self._run_dir()
+        return self.config.weights_dir or (str(run / "weights") if run is not None else None)
 
     @property
     def version(self) -> int:
@@ -159,7 +185,13 @@ class PolicyNode(Node):
         """Become the actor of ``learner_run`` once its config is readable (as its algorithm says)."""
         if self._join is None:
             return
-        run = Path(self.config.learner_run)
+        if self.remote is not None and self.remote.error:
+            self.get_logger().error(self.remote.error)
+            self.destroy_timer(self._join)
+            self._join = None
+            return
+        run = self._run_dir()
+        assert run is not None
         online = read_run_config(run)
         if online is None:
             return  # the learner has not written it yet: drive the policy alone, stream nothing
@@ -178,8 +210,9 @@ class PolicyNode(Node):
                                              on_swap=self._on_residual_swap, on_error=self._on_error)
             self.pub_base = self.create_publisher(Float64MultiArray, "policy/base_action", 10)
             self.pub_version.publish(Int64(data=0))
-        self.actor = StreamingActor(self, run)
-        self.get_logger().info(f"streaming to the {online.learner.algorithm} learner of {run}")
+        self.actor = StreamingActor(self, run, None if self.remote is None else self.remote.client)
+        where = f"at {self.config.learner_connect}" if self.remote is not None else f"of {run}"
+        self.get_logger().info(f"streaming to the {online.learner.algorithm} learner {where}")
 
     def _on_swap(self, version: int) -> None:
         self.pub_version.publish(Int64(data=version))

@@ -5,13 +5,14 @@ motion (and ``teleop/gripper``) into the policy's action space by the node's act
 ``episode_event`` (success / failure / rerecord) ends episodes; the success event is the sparse reward
 (1 on the step it closes, 0 elsewhere). In a residual run every step also carries the frozen base's
 action. Steps go out every ``send_every`` ticks; if the learner is away they queue (bounded) and go out
-when it is back.
+when it is back; to a learner on another machine (``learner_connect``) they go over TCP from a disk outbox
+and are kept until the learner's checkpoint holds them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from std_msgs.msg import Bool, Float64, String
@@ -27,10 +28,13 @@ if TYPE_CHECKING:
 class StreamingActor:
     """Ticks of a :class:`PolicyNode` -> transitions -> the learner of a run folder."""
 
-    def __init__(self, node: PolicyNode, run: Path) -> None:
+    def __init__(self, node: PolicyNode, run: Path, sender: Any = None) -> None:
         self.node = node
         self.stream = StepStream(node.adapter.relabel)
-        self.sender = ReconnectingSender(run, limit=100_000)
+        self.sender = sender if sender is not None else ReconnectingSender(run, limit=100_000)
+        """The run folder's learner, or a TcpActorClient to a learner on another machine."""
+        if sender is not None:
+            sender.version = lambda: node.version
         self.batches = BatchingSender(self.sender, node.config.send_every)
         self.human, self.human_gripper = False, 1.0
         self.last_action: np.ndarray | None = None

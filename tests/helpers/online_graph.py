@@ -15,8 +15,11 @@ import yaml
 from robot_rl.ros.launch_yaml import load_launch_file
 
 
-def online_graph(tmp_path: Path, policy: Path, config: dict[str, Any]) -> tuple[Any, Path]:
-    """(launch description, learner run folder) of the graph acting with ``policy`` and learning with ``config``."""
+def online_graph(tmp_path: Path, policy: Path, config: dict[str, Any], **extra: str) -> tuple[Any, Path]:
+    """(launch description, learner run folder) of the graph acting with ``policy`` and learning with ``config``.
+
+    ``extra``: more launch arguments (e.g. ``learner_connect`` for a policy node that joins over TCP).
+    """
     config_path = tmp_path / "online.yaml"
     config_path.write_text(yaml.safe_dump(config))
     run = tmp_path / "run"
@@ -24,5 +27,5 @@ def online_graph(tmp_path: Path, policy: Path, config: dict[str, Any]) -> tuple[
     os.mkfifo(fifo)
     description = load_launch_file("sim_arm_policy.launch.yaml", {
         "policy_path": str(policy), "teleop_device": "keyboard", "teleop_device_path": str(fifo),
-        "record": "false", "learn": "true", "learner_run": str(run), "learner_config": str(config_path)})
+        "record": "false", "learn": "true", "learner_run": str(run), "learner_config": str(config_path), **extra})
     return description, run
