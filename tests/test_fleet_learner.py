@@ -73,14 +73,19 @@ def stored_digests(run: Path) -> list[str]:
     return out
 
 
-def test_actors_join_over_tcp_wrong_secret_is_refused_and_status_reports_them(tmp_path: Path) -> None:
+def test_actors_join_over_tls_wrong_secret_is_refused_and_status_reports_them(tmp_path: Path) -> None:
+    """Over TLS (a self-signed certificate the actors check), as a learner on a network would serve."""
     port = free_port()
-    run = fleet_run(tmp_path, port, "actor.episodes=10")
+    cert, tls_key = tmp_path / "learner.crt", tmp_path / "learner.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=learner",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tls_key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    run = fleet_run(tmp_path, port, "actor.episodes=10", f"fleet.tls_cert={cert}", f"fleet.tls_key={tls_key}")
     learner = start(["learner", "--run", str(run)], tmp_path / "learner.log")
     try:
         wait_for(lambda: (run / "learner.json").is_file(), 60, "the learner")
         (tmp_path / "wrong.key").write_text((b"x" * 32).hex())
-        connect = ["actor", "--connect", f"127.0.0.1:{port}", "--index", "0"]
+        connect = ["actor", "--connect", f"127.0.0.1:{port}", "--index", "0", "--tls-ca", str(cert)]
         wrong = subprocess.run([sys.executable, "-m", "robot_rl.learners.roles", *connect, "--secret-file",
                                 str(tmp_path / "wrong.key"), "--workdir", str(tmp_path / "w")],
                                capture_output=True, text=True, timeout=60)
@@ -102,7 +107,8 @@ def test_actors_join_over_tcp_wrong_secret_is_refused_and_status_reports_them(tm
         assert status["learner"]["steps"] == sum(r["steps"] for r in records)
         assert status["learner"]["listen"] == f"127.0.0.1:{port}"
         table = format_status(status)
-        assert "steps received" in table
+        assert "steps received" in table and "robot-a" in table
+        assert list((run / "tensorboard").glob("events.out.tfevents.*"))  # the same numbers, for TensorBoard
     finally:
         learner.send_signal(signal.SIGTERM)
         learner.wait(timeout=60)
