@@ -19,6 +19,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +181,8 @@ name), so their episode ids never collide with this machine's actors ``0..actors
 def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, index: int | None = None,
                      name: str = "", tls_ca: str = "", overrides: list[str] | None = None, join_timeout: float = 60.0,
                      progress: bool = False, stop: threading.Event | None = None,
-                     weights: str = "tcp") -> list[dict[str, Any]]:
+                     weights: str = "tcp", resolve: Callable[[], tuple[str, int]] | None = None,
+                     ) -> list[dict[str, Any]]:
     """An actor on another machine: join the learner at ``address`` over TCP and run the run's episodes.
 
     The learner sends the run's config and its weights; :func:`actor_folder` (``workdir/run-<id>``, one per
@@ -190,7 +192,8 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     this actor's copy of the config, e.g. ``actor.task=...`` to pin one of a fleet's tasks. ``index`` (episode
     ids and seeds) defaults to the number the learner gives this actor's name (from 1000 up, unique in the run).
     ``weights="ray"``: someone else writes the weights into the folder's ``weights/`` (a Ray actor, from Ray's
-    object store); the learner sends none.
+    object store); the learner sends none. ``resolve``: where the learner serves now (asked again whenever the
+    connection breaks; a Ray learner restarted on another node).
     """
     from robot_rl.core.config import load_config
     from robot_rl.learners.delivery import Outbox
@@ -206,7 +209,7 @@ def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, 
     tls = tls_client_context(tls_ca) if tls_ca else None
     info = {"host": this_host(), "weights": weights}
     client = TcpActorClient(address, key, name, Outbox(workdir / "outbox" / name, journal=True), info=info, tls=tls,
-                            weights_dir=workdir / "weights")
+                            weights_dir=workdir / "weights", resolve=resolve)
     deadline = time.monotonic() + join_timeout
     while True:
         try:

@@ -59,6 +59,8 @@ class FleetStatus:
             task["steps"] += a["steps"]
             task["interventions"] += a.get("interventions", 0)
             task["steps_per_s"] += row["steps_per_s"]
+        for name, stored in learner.get("task_steps", {}).items():  # in the buffers: survives learner restarts
+            tasks.setdefault(name, {"actors": 0, "steps": 0, "interventions": 0, "steps_per_s": 0.0})["stored"] = stored
         status = {"time": now, "learner": learner, "actors": rows, "tasks": tasks}
         tmp = self.run / f".{STATUS_FILE}.tmp"
         tmp.write_text(json.dumps(status, indent=1), encoding="utf-8")
@@ -79,8 +81,9 @@ class FleetStatus:
                 if isinstance(a.get(key), (int, float)):
                     w.add_scalar(f"actor/{a['actor']}/{key}", a[key], step)
         for task, t in status["tasks"].items():
-            for key in ("steps", "steps_per_s", "interventions", "actors"):
-                w.add_scalar(f"task/{task.replace('/', '_')}/{key}", t[key], step)
+            for key in ("steps", "steps_per_s", "interventions", "actors", "stored"):
+                if key in t:
+                    w.add_scalar(f"task/{task.replace('/', '_')}/{key}", t[key], step)
         w.flush()
 
     def close(self) -> None:
@@ -124,7 +127,7 @@ def format_status(status: dict[str, Any], now: float | None = None) -> str:
     lines.append("tasks:")
     for task, t in status["tasks"].items():
         lines.append(f"  {task:<34} {t['actors']} actor(s), {t['steps']} steps ({t['steps_per_s']:.0f}/s), "
-                     f"{t['interventions']} human steps")
+                     f"{t['interventions']} human steps since the learner started; {t.get('stored', 0)} stored")
     return "\n".join(lines)
 
 

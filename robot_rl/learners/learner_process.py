@@ -433,8 +433,13 @@ class OnlineLearner:
             self.tcp.broadcast(version, header, payload)
 
     def status(self) -> dict[str, Any]:
-        """The learner's counters for ``robot-rl online status``."""
-        return {"pid": os.getpid(), "host": this_host(), "updates": self.updates, "steps": self.steps.total_added,
+        """The learner's counters for ``robot-rl online status`` (``task_steps``: stored steps per task)."""
+        tasks = self.cfg.fleet.tasks or [self.cfg.actor.env_id]
+        column = self.steps.columns.get("task")
+        counts = np.bincount(column[: len(self.steps)], minlength=len(tasks)) if column is not None \
+            else np.zeros(len(tasks), int)
+        return {"task_steps": {name: int(counts[i]) for i, name in enumerate(tasks)},
+                "pid": os.getpid(), "host": this_host(), "updates": self.updates, "steps": self.steps.total_added,
                 "human_steps": self.algorithm.human_steps, "version": self.publisher.version,
                 "buffers": {"steps": len(self.steps), "interventions": len(self.algorithm.interventions)},
                 "last_checkpoint": self.last_checkpoint, "commit": self.commits,

@@ -147,6 +147,8 @@ class FleetConfig:
     """Environment ids of a fleet that mixes tasks (same observation and action spaces, one learner): actor
     ``i`` runs ``tasks[i % len(tasks)]`` (``actor.task`` pins one); batches are balanced over them and the
     status reports each. Empty: every actor runs ``actor.env_id``."""
+    learner_restarts: int = 3
+    """How often Ray restarts a learner whose process or node died (it resumes from the run's checkpoint)."""
     actor_strategy: str = "DEFAULT"
     """How Ray places the simulated actors: ``DEFAULT`` (packs nodes, fewer transfers) or ``SPREAD`` (one node
     after another, e.g. to use every machine's simulators)."""
@@ -160,6 +162,8 @@ class FleetConfig:
                 raise ValueError(f"fleet.listen: expected host:port, got {self.listen!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("fleet.tls_cert and fleet.tls_key go together")
+        if self.learner_restarts < 0:
+            raise ValueError(f"fleet.learner_restarts: must be >= 0, got {self.learner_restarts}")
         if not self.status_every_s > 0 or not self.ack_wait_s >= 0:
             raise ValueError("fleet.status_every_s must be > 0 and fleet.ack_wait_s >= 0")
         for name, res in (("learner_resources", self.learner_resources), ("actor_resources", self.actor_resources)):

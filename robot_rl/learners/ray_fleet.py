@@ -31,17 +31,26 @@ from robot_rl.learners.wire import pack_weights
 
 
 class LearnerWorker:
-    """The learner of a run folder, serving on a thread inside its Ray actor."""
+    """The learner of a run folder, serving on a thread inside its Ray actor from the moment it exists.
+
+    Ray restarts it (``fleet.learner_restarts``) when its process or its node dies; the new one resumes from
+    the run folder's checkpoint (which must be on storage the new node sees) and serves on a new address,
+    which actors ask for (:meth:`address`) when their connection breaks.
+    """
 
     def __init__(self, run: str) -> None:
+        import os
+
         from robot_rl.core.config import load_config
         from robot_rl.learners.learner_process import OnlineLearner
 
+        self.pid = os.getpid()
         self.learner = OnlineLearner(load_config(OnlineConfig, Path(run) / CONFIG_FILE), run)
         self.result: dict[str, Any] | None = None
         self.error: str | None = None
         self._weights_ref: tuple[int, Any] | None = None
         self._thread = threading.Thread(target=self._serve, name="learner", daemon=True)
+        self._thread.start()
 
     def _serve(self) -> None:
         try:
@@ -50,11 +59,10 @@ class LearnerWorker:
             self.error = f"{type(exc).__name__}: {exc}"
             raise
 
-    def start(self, timeout: float = 120.0) -> tuple[str, int]:
-        """Start serving; returns the (node IP, port) actors connect to."""
+    def address(self, timeout: float = 120.0) -> tuple[str, int]:
+        """The (node IP, port) actors connect to, once the learner serves."""
         import ray
 
-        self._thread.start()
         deadline = time.monotonic() + timeout
         while self.learner.tcp is None:
             if self.error or not self._thread.is_alive() or time.monotonic() > deadline:
@@ -62,11 +70,11 @@ class LearnerWorker:
             time.sleep(0.05)
         return ray.util.get_node_ip_address(), int(self.learner.tcp.address[1])
 
-    def node_id(self) -> str:
-        """The Ray node this learner runs on."""
+    def where(self) -> dict[str, Any]:
+        """The Ray node and the process this learner runs in."""
         import ray
 
-        return str(ray.get_runtime_context().get_node_id())
+        return {"node": str(ray.get_runtime_context().get_node_id()), "pid": self.pid}
 
     def status(self) -> dict[str, Any]:
         """The learner's counters (for the driver's progress bar)."""
@@ -126,7 +134,8 @@ class ActorWorker:
         follow.start()
         try:
             records = run_remote_actor(tuple(address), key, workdir, index, name=f"ray-{index}",  # type: ignore[arg-type]
-                                       overrides=overrides, stop=self.stop_event, weights="ray")
+                                       overrides=overrides, stop=self.stop_event, weights="ray",
+                                       resolve=LearnerAddress(learner))
         finally:
             self._done.set()
         node = str(ray.get_runtime_context().get_node_id())
@@ -140,7 +149,11 @@ class ActorWorker:
 
         have = 0
         while not self._done.is_set():
-            refs = ray.get(learner.weights_since.remote(have))
+            try:
+                refs = ray.get(learner.weights_since.remote(have), timeout=30)
+            except Exception:  # the learner is restarting (RayActorError, timeout): ask again
+                self._done.wait(0.5)
+                continue
             if refs:
                 header, payload = ray.get(refs[0])
                 try:
@@ -153,6 +166,31 @@ class ActorWorker:
     def stop(self) -> None:
         """End after the current episode."""
         self.stop_event.set()
+
+
+class LearnerAddress:
+    """Asks the (possibly restarted) learner actor where it serves, without ever blocking the caller.
+
+    The first call sends the question and raises TimeoutError; a later call returns the answer once it is
+    there. An actor's TCP client calls it when reconnecting.
+    """
+
+    def __init__(self, learner: Any) -> None:
+        self.learner = learner
+        self._ref: Any = None
+
+    def __call__(self) -> tuple[str, int]:
+        """(host, port) of the learner; TimeoutError while the answer is not there yet."""
+        import ray
+
+        if self._ref is None:
+            self._ref = self.learner.address.remote()
+        ready, _ = ray.wait([self._ref], timeout=0)
+        if not ready:
+            raise TimeoutError("the learner's address is not known yet")
+        ref, self._ref = self._ref, None
+        host, port = ray.get(ref)
+        return str(host), int(port)
 
 
 def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, budget_s: float | None = None,
@@ -183,12 +221,12 @@ def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, b
     t0 = time.perf_counter()
     res = dict(cfg.fleet.learner_resources)
     learner_opts = {"num_cpus": res.pop("num_cpus", 1.0), "num_gpus": res.pop("num_gpus", 0.0), "resources": res,
-                    "max_concurrency": 4}
+                    "max_concurrency": 4, "max_restarts": cfg.fleet.learner_restarts, "max_task_retries": -1}
     learner: Any = ray.remote(LearnerWorker).options(**learner_opts).remote(str(run))
     workers: list[Any] = []
     try:
-        learner_address = ray.get(learner.start.remote())
-        (run / "ray_learner.json").write_text(json.dumps({"node": ray.get(learner.node_id.remote()),
+        learner_address = ray.get(learner.address.remote())
+        (run / "ray_learner.json").write_text(json.dumps({**ray.get(learner.where.remote()),
                                                           "address": list(learner_address)}), encoding="utf-8")
         ares = dict(cfg.fleet.actor_resources)
         actor_opts = {"num_cpus": ares.pop("num_cpus", 1.0), "num_gpus": ares.pop("num_gpus", 0.0),

@@ -296,8 +296,11 @@ class TcpActorClient:
     def __init__(self, address: tuple[str, int], key: bytes, actor: str, outbox: Outbox,
                  info: dict[str, Any] | None = None, tls: ssl.SSLContext | None = None,
                  server_hostname: str | None = None, weights_dir: str | Path | None = None,
-                 version: Callable[[], int] | None = None) -> None:
+                 version: Callable[[], int] | None = None,
+                 resolve: Callable[[], tuple[str, int]] | None = None) -> None:
         self.address, self.key, self.actor, self.outbox = address, key, actor, outbox
+        self.resolve = resolve
+        """Where the learner serves now, asked before each reconnect (it may have moved); None: a fixed address."""
         self.info, self.tls, self.server_hostname = dict(info or {}), tls, server_hostname
         self.weights_dir = None if weights_dir is None else Path(weights_dir)
         self.version = version
@@ -381,6 +384,12 @@ class TcpActorClient:
         if time.monotonic() < self._next_try:
             return False
         self._next_try = time.monotonic() + RECONNECT_EVERY_S
+        if self.resolve is not None:
+            try:
+                self.address = self.resolve()
+            except Exception as exc:  # whatever the resolver raises means: not known now, try later
+                log.info("learner address unknown: %s", exc)
+                return False
         try:
             self.connect(timeout=5.0)
         except (OSError, FrameError, AuthError) as exc:
