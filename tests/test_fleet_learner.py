@@ -109,6 +109,9 @@ def test_actors_join_over_tls_wrong_secret_is_refused_and_status_reports_them(tm
         table = format_status(status)
         assert "steps received" in table and "robot-a" in table
         assert list((run / "tensorboard").glob("events.out.tfevents.*"))  # the same numbers, for TensorBoard
+        cli = subprocess.run([sys.executable, "-m", "robot_rl.cli.main", "online", "status", str(run)],
+                             capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0 and "robot-a" in cli.stdout and QUAD in cli.stdout, cli.stdout + cli.stderr
     finally:
         learner.send_signal(signal.SIGTERM)
         learner.wait(timeout=60)

@@ -74,13 +74,13 @@ def run(args: argparse.Namespace) -> int:
             if args.ray is not None:
                 return _run_ray(cfg, Path(args.run), args.ray, args.seconds)
             return _run_all(cfg, Path(args.run), args.seconds)
-        if args.exit_with_parent is not None:
-            exit_with_parent(args.exit_with_parent)
         if args.role == "status":
             from robot_rl.learners.fleet_status import format_status, read_status
 
             print(format_status(read_status(args.run_folder)))
             return 0
+        if args.exit_with_parent is not None:
+            exit_with_parent(args.exit_with_parent)
         run_role(args)
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"robot-rl online: error: {exc}")
