@@ -89,8 +89,12 @@ class JointPDController(Controller):
         return self.embodiment.n_joints
 
     def reset(self, state: RobotState) -> None:
-        """Hold ``state.q`` with the configured gains."""
-        self._target = JointTarget(state.q.copy())
+        """Hold ``state.q`` with the configured gains, clipped into the position limits.
+
+        A measured joint can sit past its limit (contacts and soft limits let it); holding it there would make
+        every target blended from the hold invalid, and the safety layer's blend-in would be refused.
+        """
+        self._target = JointTarget(np.clip(state.q, self.lower, self.upper))
         self._tau_prev = None
         self._last_stamp = None
 
