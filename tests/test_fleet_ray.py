@@ -70,7 +70,7 @@ def test_a_two_node_ray_cluster_runs_learner_and_actors_on_both_nodes(tmp_path: 
         "learner.residual.reward=env", "learner.residual.sac.hidden=32", "learner.residual.sac.batch_size=32",
         "learner.residual.sac.num_critics=2", "learner.residual.sac.utd_ratio=1", "learner.device=cpu",
         "learner.update_to_data=0.05", "learner.publish_every=5", "learner.updates_per_cycle=5",
-        "learner.residual.warmup_steps=100", "actors=3", "actor.episodes=10", "learner.checkpoint_every_s=1",
+        "learner.residual.warmup_steps=100", "actors=3", "actor.episodes=8", "learner.checkpoint_every_s=1",
         "fleet.learner_resources={num_cpus: 0.5, head_node: 0.1}", "fleet.actor_resources={num_cpus: 0.5}",
         "fleet.actor_strategy=SPREAD", "fleet.status_every_s=0.5", f"fleet.tasks=[{QUAD}, {TRACK}]"])
     config = tmp_path / "fleet.yaml"
@@ -81,7 +81,7 @@ def test_a_two_node_ray_cluster_runs_learner_and_actors_on_both_nodes(tmp_path: 
                               stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
-        while (read_commit(run / "checkpoint") or {"buffers": {"steps": 0}})["buffers"]["steps"] < 1000:
+        while (read_commit(run / "checkpoint") or {"buffers": {"steps": 0}})["buffers"]["steps"] < 500:
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
             time.sleep(0.2)
         first = json.loads((run / "ray_learner.json").read_text())
@@ -92,7 +92,7 @@ def test_a_two_node_ray_cluster_runs_learner_and_actors_on_both_nodes(tmp_path: 
             driver.kill()
     assert driver.returncode == 0, (out[-2000:], err[-4000:])
     episodes = [json.loads(line) for f in sorted(run.glob("actor_*.jsonl")) for line in f.read_text().splitlines()]
-    assert len(episodes) == 30
+    assert len(episodes) == 24
     learner_node = json.loads((run / "ray_learner.json").read_text())["node"]
     actor_nodes = {e["node"] for e in episodes}
     assert len(actor_nodes) == 2 and learner_node in actor_nodes  # the actors ran on both nodes

@@ -154,7 +154,8 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
             records.append(record)
             with log.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
-        sender.flush(timeout=max(30.0, cfg.fleet.ack_wait_s))
+        # a learner on this machine: deliver what is queued; one over TCP: wait for its checkpoint's acknowledgement
+        sender.flush(timeout=30.0 if isinstance(sender, ReconnectingSender) else cfg.fleet.ack_wait_s)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
