@@ -31,7 +31,7 @@ from std_srvs.srv import Trigger  # noqa: E402
 from test_ros_policy_node import _policy  # noqa: E402
 
 from robot_rl.learners.buffers import ReplayBuffer, decode_transitions  # noqa: E402
-from robot_rl.learners.delivery import read_commit, read_journal, row_digests, transition_digest  # noqa: E402
+from robot_rl.learners.delivery import read_commit, row_digests, transition_digest  # noqa: E402
 from robot_rl.learners.tcp_transport import actor_folder  # noqa: E402
 from robot_rl.learners.transport import load_or_create_key  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
@@ -126,9 +126,16 @@ def test_policy_node_runs_a_residual_on_its_base_and_swaps_in_the_learners_versi
     assert len(ends) == 1 and ends[0].reward == 1.0 and ends[0].episode_id == 0  # the success event's reward
     assert all(t.reward == 0.0 for t in steps if not t.terminated)
     assert any(t.episode_id == 1 for t in steps)
-    journal = read_journal(actor_folder(tmp_path / "robot", key) / "outbox" / "arm-1")
+    # exactly once: the checkpoint holds the robot's batches up to its mark, each step once; the graph may have
+    # stopped before the last ones were acknowledged, and those wait in the robot's outbox for its next join
+    outbox = actor_folder(tmp_path / "robot", key) / "outbox" / "arm-1"
+    commit = read_commit(run / "checkpoint")
+    assert commit is not None
+    mark = commit["inbox"]["checkpointed"]["arm-1"]
+    batches = [json.loads(line) for line in (outbox / "journal.jsonl").read_text().splitlines()]
+    assert [b["seq"] for b in batches] == list(range(1, len(batches) + 1)) and mark >= 1
+    assert sorted(int(f.stem) for f in outbox.glob("*.safetensors")) == [b["seq"] for b in batches if b["seq"] > mark]
     stored = ReplayBuffer.load(run / "checkpoint" / "steps")
-    held = read_commit(run / "checkpoint")["held"]  # type: ignore[index]
-    extra = decode_transitions((run / "checkpoint" / held).read_bytes()) if held else []
-    assert Counter(journal) == Counter(row_digests(stored.columns, len(stored))
-                                       + [transition_digest(t) for t in extra])
+    extra = decode_transitions((run / "checkpoint" / commit["held"]).read_bytes()) if commit["held"] else []
+    assert Counter(d for b in batches if b["seq"] <= mark for d in b["steps"]) == Counter(
+        row_digests(stored.columns, len(stored)) + [transition_digest(t) for t in extra])
