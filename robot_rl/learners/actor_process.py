@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from robot_rl.learners.sac_online import MARKER as SAC_MARKER
 from robot_rl.learners.sac_online import ActorWeights, SACAgent
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
+from robot_rl.learners.tcp_transport import RemoteRun
 from robot_rl.learners.transport import BatchingSender, ReconnectingSender, list_versions
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.runtime.episode import EpisodeHooks, run_episode
@@ -179,57 +178,23 @@ REMOTE_INDEX_BASE = 1000
 name), so their episode ids never collide with this machine's actors ``0..actors-1`` or with each other."""
 
 
-def run_remote_actor(address: tuple[str, int], key: bytes, workdir: str | Path, index: int | None = None,
-                     name: str = "", tls_ca: str = "", overrides: list[str] | None = None, join_timeout: float = 60.0,
-                     progress: bool = False, stop: threading.Event | None = None,
-                     weights: str = "tcp", resolve: Callable[[], tuple[str, int]] | None = None,
-                     ) -> list[dict[str, Any]]:
-    """An actor on another machine: join the learner at ``address`` over TCP and run the run's episodes.
+def run_remote_actor(remote: RemoteRun, index: int | None = None, overrides: list[str] | None = None,
+                     join_timeout: float = 60.0, progress: bool = False,
+                     stop: threading.Event | None = None) -> list[dict[str, Any]]:
+    """An actor on another machine: join the learner ``remote`` names and run the run's episodes there.
 
-    The learner sends the run's config and its weights; :func:`actor_folder` (``workdir/run-<id>``, one per
-    run's secret, so a robot that moves on to another run never re-sends an old run's steps) keeps them, the
-    actor's episode log and its outbox (``outbox/<name>``: batches not yet in a learner checkpoint, re-sent
-    by the next actor started with the same ``name`` and ``workdir``). ``overrides`` (``key=value``) change
-    this actor's copy of the config, e.g. ``actor.task=...`` to pin one of a fleet's tasks. ``index`` (episode
-    ids and seeds) defaults to the number the learner gives this actor's name (from 1000 up, unique in the run).
-    ``weights="ray"``: someone else writes the weights into the folder's ``weights/`` (a Ray actor, from Ray's
-    object store); the learner sends none. ``resolve``: where the learner serves now (asked again whenever the
-    connection breaks; a Ray learner restarted on another node).
+    ``overrides`` (``key=value``) change this actor's copy of the config, e.g. ``actor.task=...`` to pin one of a
+    fleet's tasks. ``index`` (episode ids and seeds) defaults to the number the learner gives this actor's name
+    (from :data:`REMOTE_INDEX_BASE` up, unique in the run). The next actor started with the same name and
+    work folder re-sends what the learner has not checkpointed (see :class:`RemoteRun`).
     """
     from robot_rl.core.config import load_config
-    from robot_rl.learners.delivery import Outbox
-    from robot_rl.learners.fleet_status import this_host
     from robot_rl.learners.roles import CONFIG_FILE
-    from robot_rl.learners.tcp_transport import TcpActorClient, actor_folder, weights_in_memory
-    from robot_rl.learners.wire import tls_client_context
 
-    workdir = actor_folder(workdir, key)
-    workdir.mkdir(parents=True, exist_ok=True)
-    mirror = weights_in_memory(workdir)
-    name = name or f"{this_host()}-{index or 0}"
-    tls = tls_client_context(tls_ca) if tls_ca else None
-    info = {"host": this_host(), "weights": weights}
-    client = TcpActorClient(address, key, name, Outbox(workdir / "outbox" / name, journal=True), info=info, tls=tls,
-                            weights_dir=workdir / "weights", resolve=resolve)
-    deadline = time.monotonic() + join_timeout
-    while True:
-        try:
-            client.connect()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    config = client.welcome.get("config")
-    if not isinstance(config, str):
-        client.close()
-        raise ValueError(f"the learner at {address[0]}:{address[1]} sent no run config")
-    (workdir / CONFIG_FILE).write_text(config, encoding="utf-8")
-    cfg = load_config(OnlineConfig, workdir / CONFIG_FILE, overrides or [])
-    if index is None:
-        index = REMOTE_INDEX_BASE + int(client.welcome.get("number", 0))
     try:
-        return run_actor(cfg, workdir, index, progress, sender=client, stop=stop)
+        remote.join(join_timeout)
+        cfg = load_config(OnlineConfig, remote.folder / CONFIG_FILE, overrides or [])
+        index = REMOTE_INDEX_BASE + remote.number if index is None else index
+        return run_actor(cfg, remote.folder, index, progress, sender=remote.client, stop=stop)
     finally:
-        if mirror is not None:
-            shutil.rmtree(mirror, ignore_errors=True)
+        remote.close()

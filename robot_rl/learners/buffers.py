@@ -170,6 +170,9 @@ class ReplayBuffer:
         """Transitions ever added (the next one gets global index ``total_added``)."""
         self.balance_tasks = False
         """Sample every task equally (a fleet's learner sets it when ``fleet.tasks`` names several)."""
+        self._task_rows: tuple[int, list[np.ndarray]] | None = None
+        """(total_added when computed, storage positions of each task): kept until rows are added, so the many
+        batches drawn between two receives do not each scan the whole buffer."""
         self._saved_upto = 0
 
     def __len__(self) -> int:
@@ -224,8 +227,10 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty buffer")
         if not self.balance_tasks:
             return rng.integers(0, len(self), size=n)
-        task = self.columns["task"][: len(self)]
-        groups = [np.flatnonzero(task == k) for k in np.unique(task)]
+        if self._task_rows is None or self._task_rows[0] != self.total_added:  # new rows since the last batch
+            task = self.columns["task"][: len(self)]
+            self._task_rows = (self.total_added, [np.flatnonzero(task == k) for k in np.unique(task)])
+        groups = self._task_rows[1]
         share = np.diff(np.linspace(0, n, len(groups) + 1).round().astype(int))
         rng.shuffle(share)  # which task gets the extra row of an uneven split varies
         return np.concatenate([g[rng.integers(0, len(g), size=m)] for g, m in zip(groups, share, strict=True)])

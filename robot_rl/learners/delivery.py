@@ -71,13 +71,10 @@ class Outbox:
         """``journal.jsonl``: one line per batch ever added (seq + a digest per step), kept after acks: an audit
         of what this actor produced, which a learner's checkpoint can be checked against."""
         if self.journal is not None:  # batches written by an actor killed before it journaled them
-            known = {json.loads(line)["seq"] for line in self._journal_lines()}
+            known = {json.loads(line)["seq"] for line in _journal_lines(self.journal)}
             for seq in found:
                 if seq not in known:
                     self._log(seq, decode_transitions(self.read(seq)))
-
-    def _journal_lines(self) -> list[str]:
-        return _journal_lines(self.journal)
 
     def _log(self, seq: int, transitions: Sequence[Transition]) -> None:
         assert self.journal is not None
@@ -93,10 +90,15 @@ class Outbox:
 
     def add(self, transitions: Sequence[Transition]) -> int:
         """Write a batch (durably, atomically) and return its sequence number."""
+        return self.add_batch(transitions)[0]
+
+    def add_batch(self, transitions: Sequence[Transition]) -> tuple[int, bytes]:
+        """:meth:`add`, also returning the batch's safetensors bytes (to send without reading them back)."""
         seq = self.next_seq
+        payload = encode_transitions(transitions)
         tmp = self.folder / f".{seq:012d}.tmp"
         with tmp.open("wb") as f:
-            f.write(encode_transitions(transitions))
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path(seq))
@@ -107,7 +109,7 @@ class Outbox:
         while len(self._pending) > self.limit:
             self._path(self._pending.popleft()).unlink(missing_ok=True)
             self.dropped += 1
-        return seq
+        return seq, payload
 
     @property
     def oldest(self) -> int | None:
@@ -206,7 +208,7 @@ class Inbox:
 
     def state(self) -> dict[str, Any]:
         """What the checkpoint saves (the marks it holds)."""
-        return {"checkpointed": dict(self.checkpointed), "members": dict(self.members)}
+        return {"checkpointed": dict(self.checkpointed), "members": dict(self.members), "lost": dict(self.lost)}
 
     @classmethod
     def restore(cls, state: dict[str, Any] | None) -> Inbox:
@@ -217,6 +219,7 @@ class Inbox:
             raise ValueError(f"inbox state: expected actor -> non-negative int, got {marks!r}")
         inbox.checkpointed = {str(k): int(v) for k, v in marks.items()}
         inbox.members = {str(k): int(v) for k, v in (state or {}).get("members", {}).items()}
+        inbox.lost = {str(k): int(v) for k, v in (state or {}).get("lost", {}).items()}
         return inbox
 
     def save(self, path: str | Path) -> None:
@@ -255,9 +258,9 @@ def write_commit(checkpoint: str | Path, inbox: Inbox, buffers: dict[str, int], 
         tmp = ckpt / f".{held_name}.tmp"
         tmp.write_bytes(held)
         os.replace(tmp, ckpt / held_name)
-    marks = {**inbox.checkpointed, **inbox.received}
+    inbox_state = {**inbox.state(), "checkpointed": {**inbox.checkpointed, **inbox.received}}  # as it will be
     record = {"number": number, "buffers": {k: int(v) for k, v in buffers.items()}, "held": held_name,
-              "inbox": {"checkpointed": marks, "members": dict(inbox.members)}, "lost": dict(inbox.lost)}
+              "inbox": inbox_state}
     tmp = ckpt / f".{COMMIT_FILE}.tmp"
     with tmp.open("w", encoding="utf-8") as f:
         f.write(json.dumps(record))

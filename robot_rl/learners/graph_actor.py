@@ -18,9 +18,6 @@ expert, so ``reward: env`` and ``base: expert`` are refused, as are algorithms w
 
 from __future__ import annotations
 
-import os
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -155,52 +152,3 @@ def _misfit(weights: ResidualActorWeights, obs: Mapping[str, np.ndarray], base: 
     wrong = {k: d for k, d in weights.state_dims.items() if k not in obs or np.asarray(obs[k]).size != d}
     return None if not wrong else f"state {wrong} does not fit the observation {sorted(obs)}"
 
-
-class RemoteRun:
-    """A learner on another machine, seen as a local run folder by a graph actor (the policy node of a robot).
-
-    The run's secret is read at once (a missing or malformed key file is an error now, not at the first
-    step); the connection is made on a thread, retried every half second, so the robot acts with its policy
-    meanwhile. Once joined, the run's config is in :attr:`folder` (what :func:`read_run_config` reads) and
-    the learner's weights arrive in its ``weights/``; :attr:`client` is the sender of the node's transitions.
-    A refused secret stops trying and is kept in :attr:`error`.
-    """
-
-    def __init__(self, connect: str, secret_file: str | Path, workdir: str | Path, name: str, tls_ca: str = "",
-                 info: Mapping[str, object] | None = None) -> None:
-        from robot_rl.learners.delivery import Outbox
-        from robot_rl.learners.roles import parse_address, read_secret
-        from robot_rl.learners.tcp_transport import TcpActorClient, actor_folder, weights_in_memory
-        from robot_rl.learners.wire import tls_client_context
-
-        key = read_secret(secret_file)
-        self.folder = actor_folder(workdir, key)
-        """The local mirror of the run: online.yaml, weights/, the outbox of unacknowledged batches."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        weights_in_memory(self.folder)
-        self.client = TcpActorClient(parse_address(connect), key, name, Outbox(self.folder / "outbox" / name,
-                                                                                 journal=True),
-                                     info=dict(info or {}), tls=tls_client_context(tls_ca) if tls_ca else None,
-                                     weights_dir=self.folder / "weights")
-        self.error: str | None = None
-        self.joined = threading.Event()
-        threading.Thread(target=self._join, name="remote-run-join", daemon=True).start()
-
-    def _join(self) -> None:
-        from robot_rl.learners.wire import AuthError, FrameError
-
-        while True:
-            try:
-                self.client.connect()
-                break
-            except AuthError as exc:
-                self.error = f"the learner refused this actor: {exc}"
-                return
-            except (OSError, FrameError):
-                time.sleep(0.5)
-        config = self.client.welcome.get("config")
-        if isinstance(config, str):
-            tmp = self.folder / f".{CONFIG_FILE}.tmp"
-            tmp.write_text(config, encoding="utf-8")
-            os.replace(tmp, self.folder / CONFIG_FILE)
-        self.joined.set()

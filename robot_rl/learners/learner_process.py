@@ -58,7 +58,7 @@ from robot_rl.learners.transport import (
     load_or_create_key,
     socket_address,
 )
-from robot_rl.learners.wire import pack_weights, tls_server_context
+from robot_rl.learners.wire import pack_weights, parse_address, tls_server_context
 from robot_rl.policies.base import Policy
 from robot_rl.training.checkpoint import load_training_state, save_training_state
 from robot_rl.training.dataset import ChunkDataset
@@ -234,7 +234,6 @@ class OnlineLearner:
             self.algorithm.add(decode_transitions((self.ckpt / commit["held"]).read_bytes()))
         self.inbox = Inbox.restore(commit["inbox"] if commit else None)
         """Which batches of which TCP actor the learner holds (their marks are part of every checkpoint)."""
-        self.inbox.lost = dict((commit or {}).get("lost", {}))
         if commit is None:
             self.checkpoint()  # a first, empty commit: a learner killed before its first checkpoint starts afresh
         self.resumed_from = self.algorithm.resumed_from
@@ -419,11 +418,11 @@ class OnlineLearner:
     def _serve_tcp(self, key: bytes) -> TcpTransitionServer:
         """The TCP endpoint of ``fleet.listen`` (TLS with ``fleet.tls_cert``); actors get the run's config."""
         fleet = self.cfg.fleet
-        host, _, port = fleet.listen.rpartition(":")
+        host, port = parse_address(fleet.listen)
         tls = tls_server_context(fleet.tls_cert, fleet.tls_key) if fleet.tls_cert else None
         config = (self.run_dir / CONFIG_FILE).read_text(encoding="utf-8") if (self.run_dir / CONFIG_FILE).is_file() \
             else None
-        return TcpTransitionServer(key, self.inbox, host.strip("[]"), int(port), tls=tls,
+        return TcpTransitionServer(key, self.inbox, host, port, tls=tls,
                                    welcome={"config": config, "marker": self.algorithm.marker})
 
     def _broadcast(self, version: int) -> None:
@@ -434,7 +433,7 @@ class OnlineLearner:
 
     def status(self) -> dict[str, Any]:
         """The learner's counters for ``robot-rl online status`` (``task_steps``: stored steps per task)."""
-        tasks = self.cfg.fleet.tasks or [self.cfg.actor.env_id]
+        tasks = self.cfg.task_ids()
         column = self.steps.columns.get("task")
         counts = np.bincount(column[: len(self.steps)], minlength=len(tasks)) if column is not None \
             else np.zeros(len(tasks), int)
@@ -451,6 +450,6 @@ class OnlineLearner:
         """Every actor the learner has heard from: TCP links (connected now) and this machine's socket actors."""
         rows = [{"actor": f"local-{i}", "host": this_host(), "task": self.cfg.actor_task(i)[0], **c}
                 for i, c in self._local_actors.items()]
-        tasks = self.cfg.fleet.tasks or [self.cfg.actor.env_id]
+        tasks = self.cfg.task_ids()
         remote = [] if self.tcp is None else self.tcp.status()
         return rows + [{**r, "task": tasks[r["task_index"]] if r["task_index"] < len(tasks) else "?"} for r in remote]

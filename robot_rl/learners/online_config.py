@@ -16,6 +16,7 @@ from robot_rl.learners.hg_dagger import HGDAggerConfig
 from robot_rl.learners.residual import ResidualConfig
 from robot_rl.learners.rlpd import RLPDConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
+from robot_rl.learners.wire import parse_address
 from robot_rl.paths import package_share_dir
 
 
@@ -157,9 +158,10 @@ class FleetConfig:
         if self.actor_strategy not in ("DEFAULT", "SPREAD"):
             raise ValueError(f"fleet.actor_strategy: DEFAULT or SPREAD, got {self.actor_strategy!r}")
         if self.listen:
-            host, _, port = self.listen.rpartition(":")
-            if not host or not port.isdigit() or not 0 <= int(port) < 65536:
-                raise ValueError(f"fleet.listen: expected host:port, got {self.listen!r}")
+            try:
+                parse_address(self.listen)
+            except ValueError as exc:
+                raise ValueError(f"fleet.listen: {exc}") from None
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("fleet.tls_cert and fleet.tls_key go together")
         if self.learner_restarts < 0:
@@ -192,11 +194,13 @@ class OnlineConfig:
         if self.actor.task and self.actor.task not in self.fleet.tasks:
             raise ValueError(f"actor.task: {self.actor.task!r} is not one of fleet.tasks {self.fleet.tasks}")
 
+    def task_ids(self) -> list[str]:
+        """The environment ids of the run's tasks, in task-number order (``actor.env_id`` alone without a fleet)."""
+        return list(self.fleet.tasks) or [self.actor.env_id]
+
     def actor_task(self, index: int) -> tuple[str, int]:
         """(environment id, task number) actor ``index`` runs."""
-        tasks = self.fleet.tasks
-        if not tasks:
-            return self.actor.env_id, 0
+        tasks = self.task_ids()
         k = tasks.index(self.actor.task) if self.actor.task else index % len(tasks)
         return tasks[k], k
 

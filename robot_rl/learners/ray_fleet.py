@@ -124,18 +124,16 @@ class ActorWorker:
         import ray
 
         from robot_rl.learners.actor_process import run_remote_actor
-        from robot_rl.learners.tcp_transport import actor_folder, weights_in_memory
+        from robot_rl.learners.fleet_status import this_host
+        from robot_rl.learners.tcp_transport import RemoteRun
 
         workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
-        folder = actor_folder(workdir, key)
-        folder.mkdir(parents=True, exist_ok=True)
-        weights_in_memory(folder)  # before the follower writes: run_remote_actor points it at the same place
-        follow = threading.Thread(target=self._follow, args=(learner, folder / "weights"), daemon=True)
+        remote = RemoteRun((address[0], address[1]), key, workdir, f"ray-{index}", info={"host": this_host()},
+                           resolve=LearnerAddress(learner), weights="ray")
+        follow = threading.Thread(target=self._follow, args=(learner, remote.folder / "weights"), daemon=True)
         follow.start()
         try:
-            records = run_remote_actor(tuple(address), key, workdir, index, name=f"ray-{index}",  # type: ignore[arg-type]
-                                       overrides=overrides, stop=self.stop_event, weights="ray",
-                                       resolve=LearnerAddress(learner))
+            records = run_remote_actor(remote, index, overrides, stop=self.stop_event)
         finally:
             self._done.set()
         node = str(ray.get_runtime_context().get_node_id())

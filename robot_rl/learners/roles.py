@@ -22,7 +22,7 @@ from typing import Any
 
 from robot_rl.core.config import ConfigError, load_config
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.wire import AuthError
+from robot_rl.learners.wire import AuthError, parse_address
 
 CONFIG_FILE = "online.yaml"
 """The run folder's config, written by whoever starts the run and read by every role."""
@@ -59,14 +59,6 @@ def run_actor_role(run: str | Path, index: int = 0, log: Callable[[str], None] =
     return records
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``host:port`` (``[::1]:7450`` for IPv6) as a socket address; ValueError when malformed."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"expected host:port, got {text!r}")
-    return host.strip("[]"), int(port)
-
-
 def read_secret(path: str | Path) -> bytes:
     """The run's shared secret from a copy of its ``learner.key`` (hex), e.g. on a robot."""
     text = Path(path).read_text(encoding="ascii").strip()
@@ -84,9 +76,13 @@ def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | 
                           log: Callable[[str], None] = _say) -> list[dict[str, Any]]:
     """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes."""
     from robot_rl.learners.actor_process import run_remote_actor
+    from robot_rl.learners.fleet_status import this_host
+    from robot_rl.learners.tcp_transport import RemoteRun
+    from robot_rl.learners.wire import tls_client_context
 
-    records = run_remote_actor(parse_address(connect), read_secret(secret_file), workdir, index, name, tls_ca,
-                               list(overrides))
+    remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or f"{this_host()}-{index or 0}",
+                       tls_client_context(tls_ca) if tls_ca else None, {"host": this_host()})
+    records = run_remote_actor(remote, index, list(overrides))
     who = name or (records[0]["actor"] if records else index)
     log(f"actor {who}: {sum(r['success'] for r in records)}/{len(records)} episodes succeeded")
     return records

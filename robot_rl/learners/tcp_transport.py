@@ -400,12 +400,12 @@ class TcpActorClient:
     def send(self, transitions: Sequence[Transition]) -> None:
         """Keep the batch on disk, then send it (if the learner is away, it goes out after reconnecting)."""
         with self._lock:
-            seq = self.outbox.add(transitions)
+            seq, payload = self.outbox.add_batch(transitions)
             if self._sock is None:
                 self._reconnect()  # a successful reconnect re-sends the outbox, this batch included
                 return
             try:
-                send_frame(self._sock, self._batch_header(seq), self.outbox.read(seq))
+                send_frame(self._sock, self._batch_header(seq), payload)
             except OSError:
                 self._sock = None
 
@@ -462,6 +462,75 @@ class TcpActorClient:
 
 
 # ---------------------------------------------------------------------------- an actor's own folder
+class RemoteRun:
+    """A learner on another machine, mirrored into a local run folder: how every remote actor joins one.
+
+    The folder (:func:`actor_folder`: one per run secret) holds the run's config once joined, the learner's
+    weights (in shared memory, :func:`weights_in_memory`) and the outbox of unacknowledged batches
+    (``outbox/<name>``, journaled); :attr:`client` sends the actor's transitions. ``weights="ray"``: another
+    path (Ray's object store) fills ``weights/`` and the learner sends none. Used by the actor process
+    (:func:`~robot_rl.learners.actor_process.run_remote_actor`), Ray's actors and the ROS policy node.
+    """
+
+    def __init__(self, address: tuple[str, int], key: bytes, workdir: str | Path, name: str,
+                 tls: ssl.SSLContext | None = None, info: dict[str, Any] | None = None,
+                 resolve: Callable[[], tuple[str, int]] | None = None, weights: str = "tcp") -> None:
+        self.folder = actor_folder(workdir, key)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.mirror = weights_in_memory(self.folder)
+        self.client = TcpActorClient(address, key, name, Outbox(self.folder / "outbox" / name, journal=True),
+                                     info={**(info or {}), "weights": weights}, tls=tls,
+                                     weights_dir=self.folder / "weights", resolve=resolve)
+        self.error: str | None = None
+        """Why a background join gave up (the secret was refused, no config came); None otherwise."""
+
+    def join(self, timeout: float) -> None:
+        """Connect (retrying while the learner is unreachable, up to ``timeout`` s) and write the run's config.
+
+        Raises AuthError when the secret is refused, OSError when no learner answered in time, ValueError when
+        the learner sent no config.
+        """
+        from robot_rl.learners.roles import CONFIG_FILE
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.client.connect()
+                break
+            except (OSError, FrameError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(RECONNECT_EVERY_S)
+        config = self.client.welcome.get("config")
+        if not isinstance(config, str):
+            self.client.close()
+            raise ValueError("the learner at {}:{} sent no run config".format(*self.client.address))
+        tmp = self.folder / f".{CONFIG_FILE}.tmp"
+        tmp.write_text(config, encoding="utf-8")
+        os.replace(tmp, self.folder / CONFIG_FILE)
+
+    def join_in_background(self) -> None:
+        """:meth:`join` on a thread, retrying for as long as it takes (a robot acts alone meanwhile)."""
+        def join() -> None:
+            try:
+                self.join(float("inf"))
+            except (AuthError, ValueError) as exc:
+                self.error = f"the learner refused this actor: {exc}" if isinstance(exc, AuthError) else str(exc)
+
+        threading.Thread(target=join, name="remote-run-join", daemon=True).start()
+
+    @property
+    def number(self) -> int:
+        """The learner's run-wide number for this actor's name (after :meth:`join`)."""
+        return int(self.client.welcome.get("number", 0))
+
+    def close(self) -> None:
+        """Disconnect (unacknowledged batches stay in the outbox) and free the weights kept in memory."""
+        self.client.close()
+        if self.mirror is not None:
+            shutil.rmtree(self.mirror, ignore_errors=True)
+
+
 def actor_folder(workdir: str | Path, key: bytes) -> Path:
     """Where an actor on another machine keeps one run's config, weights, log and outbox."""
     return Path(workdir) / f"run-{hashlib.sha256(key).hexdigest()[:12]}"

@@ -40,6 +40,14 @@ HANDSHAKE_TIMEOUT_S = 10.0
 """A peer that does not finish the handshake within this time is dropped (no half-open slots)."""
 
 
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:7450`` for IPv6) as a socket address; ValueError when malformed."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"expected host:port, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
 class FrameError(Exception):
     """A malformed, oversized or truncated frame, or a closed connection."""
 

@@ -41,7 +41,10 @@ from robot_rl.control.base import TargetRejected
 from robot_rl.core.device import check_device_name
 from robot_rl.core.spaces import SpecError
 from robot_rl.learners.fleet_status import this_host
-from robot_rl.learners.graph_actor import RemoteRun, StreamedResidual, check_streamable, read_run_config
+from robot_rl.learners.graph_actor import StreamedResidual, check_streamable, read_run_config
+from robot_rl.learners.roles import read_secret
+from robot_rl.learners.tcp_transport import RemoteRun
+from robot_rl.learners.wire import parse_address, tls_client_context
 from robot_rl.policies.base import Policy
 from robot_rl.robots import cf2x, robot_module
 from robot_rl.ros.command_publisher import CommandPublisher
@@ -134,9 +137,13 @@ class PolicyNode(Node):
         constants = parse_constants(cfg.constants)
         if cfg.goal_pos:
             constants.setdefault("goal_pos", np.asarray(cfg.goal_pos, np.float32))
-        self.remote = None if not cfg.learner_connect else RemoteRun(
-            cfg.learner_connect, cfg.learner_secret_file, cfg.learner_workdir, cfg.actor_name or this_host(),
-            cfg.learner_tls_ca, {"host": this_host(), "robot": robot})
+        self.remote: RemoteRun | None = None
+        if cfg.learner_connect:
+            self.remote = RemoteRun(parse_address(cfg.learner_connect), read_secret(cfg.learner_secret_file),
+                                    cfg.learner_workdir, cfg.actor_name or this_host(),
+                                    tls_client_context(cfg.learner_tls_ca) if cfg.learner_tls_ca else None,
+                                    {"host": this_host(), "robot": robot})
+            self.remote.join_in_background()
         self.feeds_back = "last_action" in policy.spec.state_dims and robot == cf2x.NAME
         if self.feeds_back:  # the quadrotor's previous action, as the env reports it: rest action first
             constants.setdefault("last_action", cf2x.rest_action(self.adapter.mode).astype(np.float32))
@@ -260,6 +267,8 @@ class PolicyNode(Node):
         self.runner.close()
         if self.actor is not None:
             self.actor.close()
+        if self.remote is not None:
+            self.remote.close()
 
 
 def main(args: list[str] | None = None) -> int:
