@@ -46,6 +46,14 @@ CONSOLE_SCRIPTS = [
     "policy_node = robot_rl.ros.policy_node:main",
     "learner_node = robot_rl.ros.learner_node:main",
     "target_gate_node = robot_rl.ros.target_gate_node:main",
+    # Real humanoids and quadrotors through their vendors' protocols (extra robot_rl[hardware]); each
+    # bridge has an emulator that runs our MuJoCo model and speaks the same protocol on the other end.
+    "unitree_bridge = robot_rl.ros.unitree_bridge_node:main",
+    "unitree_emulator = robot_rl.hardware.unitree_emulator:main",
+    "crazyflie_bridge = robot_rl.ros.crazyflie_bridge_node:main",
+    "crazyflie_emulator = robot_rl.hardware.crazyflie_emulator:main",
+    "px4_bridge = robot_rl.ros.px4_bridge_node:main",
+    "px4_emulator = robot_rl.hardware.px4_emulator:main",
 ]
 
 setup(
@@ -121,6 +129,10 @@ setup(
         # Fleets across machines: the learner and simulated actors as Ray actors placed on a cluster's nodes
         # (robot_rl.learners.ray_fleet). Real robots join over TCP without it (robot_rl.learners.tcp_transport).
         "fleet": ["ray>=2.60,<3"],
+        # Real robots through their vendors' protocols: Unitree's DDS topics spoken with Eclipse Cyclone DDS
+        # (the transport Unitree's own SDK uses; its IDL types are declared in robot_rl.hardware), Bitcraze's
+        # cflib (CRTP) for the Crazyflie, pymavlink for PX4 (MAVLink 2).
+        "hardware": ["cyclonedds>=0.10.5", "cflib>=0.1.28", "pymavlink>=2.4.41"],
     },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )
