@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
+from helpers.calibration_files import D, ros_calibration_text  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image  # noqa: E402
 
@@ -37,7 +38,7 @@ def _video(path: Path, frames: int = 45, size: tuple[int, int] = (320, 240)) -> 
     return path
 
 
-def _graph(tmp_path: Path, source: str) -> Path:
+def _graph(tmp_path: Path, source: str, calibration: str = "") -> Path:
     text = f"""
 launch:
 - node:
@@ -51,6 +52,7 @@ launch:
     - {{name: height, value: 120}}
     - {{name: fps, value: 30}}
     - {{name: frame_id, value: wrist_optical}}
+    - {{name: calibration_file, value: "{calibration}"}}
 """
     path = tmp_path / "camera.launch.yaml"
     path.write_text(text)
@@ -59,10 +61,11 @@ launch:
 
 def test_camera_node_streams_raw_compressed_and_info(tmp_path: Path) -> None:
     video = _video(tmp_path / "clip.avi")
+    (tmp_path / "ost.yaml").write_text(ros_calibration_text())  # made at 640x480, published at 160x120
     raw: list[tuple[float, Image]] = []
     jpeg: list[CompressedImage] = []
     info: list[CameraInfo] = []
-    with launch(load_launch_file(_graph(tmp_path, str(video)))) as graph:
+    with launch(load_launch_file(_graph(tmp_path, str(video), str(tmp_path / "ost.yaml")))) as graph:
         rclpy.init()
         node = rclpy.create_node("camera_test")
         try:
@@ -92,7 +95,9 @@ def test_camera_node_streams_raw_compressed_and_info(tmp_path: Path) -> None:
     assert 0 <= received_at - stamps[-1] < 0.5  # stamped at capture, delivered promptly
     decoded = compressed_image_from_msg(jpeg[-1])
     assert decoded.shape == (120, 160, 3)
-    assert info[-1].width == 160 and info[-1].k[0] > 0 and info[-1].k[2] == pytest.approx(79.5)
+    assert info[-1].width == 160 and info[-1].distortion_model == "plumb_bob"
+    np.testing.assert_allclose(np.reshape(info[-1].k, (3, 3)), [[125.0, 0, 79.5], [0, 120.0, 59.5], [0, 0, 1]])
+    np.testing.assert_allclose(info[-1].d, D)  # distortion does not scale with the resize
 
 
 def test_camera_node_fails_clearly_on_missing_source(tmp_path: Path) -> None:

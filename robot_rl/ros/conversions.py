@@ -182,14 +182,15 @@ def compressed_image_from_msg(msg: CompressedImage) -> np.ndarray:
     return np.ascontiguousarray(bgr[..., ::-1])
 
 
-def camera_info_msg(k: np.ndarray, width: int, height: int, stamp_ns: int, frame_id: str) -> CameraInfo:
-    """A sensor_msgs/CameraInfo for an undistorted pinhole camera with matrix ``k``."""
+def camera_info_msg(k: np.ndarray, width: int, height: int, stamp_ns: int, frame_id: str,
+                    d: np.ndarray | None = None, distortion_model: str = "plumb_bob") -> CameraInfo:
+    """A sensor_msgs/CameraInfo for a pinhole camera with matrix ``k`` and distortion ``d`` (None: none)."""
     msg = CameraInfo()
     msg.header.stamp = ns_to_stamp(stamp_ns)
     msg.header.frame_id = frame_id
     msg.width, msg.height = width, height
-    msg.distortion_model = "plumb_bob"
-    msg.d = [0.0] * 5
+    msg.distortion_model = distortion_model
+    msg.d = [0.0] * 5 if d is None else np.asarray(d, dtype=np.float64).ravel().tolist()
     msg.k = np.asarray(k, dtype=np.float64).ravel().tolist()
     msg.r = np.eye(3).ravel().tolist()
     msg.p = np.hstack([k, np.zeros((3, 1))]).ravel().tolist()

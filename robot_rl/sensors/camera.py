@@ -13,6 +13,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from robot_rl.sensors.calibration import CameraCalibration, load_calibration
+
 
 class CameraError(RuntimeError):
     """A camera could not be opened or stopped delivering frames."""
@@ -36,6 +38,12 @@ class CameraConfig:
     """Optical frame name stamped on every frame."""
     horizontal_fov_deg: float = 69.0
     """Horizontal field of view used for the pinhole intrinsics when no calibration is given."""
+    calibration_file: str = ""
+    """OpenCV (FileStorage) or ROS (camera_calibration ost.yaml) calibration; "" = an ideal pinhole from
+    ``horizontal_fov_deg``. Scaled to ``width`` x ``height`` for camera_info."""
+    rectify: bool = False
+    """Undistort frames with the calibration (at the sensor's resolution, before resizing); camera_info then
+    reports no distortion."""
 
     def __post_init__(self) -> None:
         if self.width <= 0 or self.height <= 0:
@@ -44,11 +52,26 @@ class CameraConfig:
             raise ValueError(f"fps must be in (0, 1000], got {self.fps}")
         if not (1 < self.horizontal_fov_deg < 179):
             raise ValueError(f"horizontal_fov_deg must be in (1, 179), got {self.horizontal_fov_deg}")
+        if self.rectify and not self.calibration_file:
+            raise ValueError("rectify needs a calibration_file")
+        if self.calibration_file:
+            load_calibration(self.calibration_file)  # a bad file fails at start-up, naming the field
+
+    def calibration(self) -> CameraCalibration:
+        """The camera at the output size: the calibration file's, scaled, or an ideal pinhole."""
+        if self.calibration_file:
+            calib = load_calibration(self.calibration_file).scaled(self.width, self.height)
+            if self.rectify:
+                return CameraCalibration(calib.k, np.zeros_like(calib.d), self.width, self.height,
+                                         calib.distortion_model)
+            return calib
+        fx = 0.5 * self.width / np.tan(np.deg2rad(self.horizontal_fov_deg) / 2)
+        k = np.array([[fx, 0, (self.width - 1) / 2], [0, fx, (self.height - 1) / 2], [0, 0, 1]])
+        return CameraCalibration(k, np.zeros(5), self.width, self.height)
 
     def intrinsics(self) -> np.ndarray:
-        """3x3 pinhole camera matrix K for the output size (square pixels, centred principal point)."""
-        fx = 0.5 * self.width / np.tan(np.deg2rad(self.horizontal_fov_deg) / 2)
-        return np.array([[fx, 0, (self.width - 1) / 2], [0, fx, (self.height - 1) / 2], [0, 0, 1]])
+        """3x3 camera matrix K for the output size (see :meth:`calibration`)."""
+        return self.calibration().k
 
 
 class CameraSource:
@@ -68,6 +91,8 @@ class CameraSource:
             self._cap.set(cv2.CAP_PROP_FRAME_HEIGHT, config.height)
             self._cap.set(cv2.CAP_PROP_FPS, config.fps)
         self.frames_read = 0
+        self._calibration = load_calibration(config.calibration_file) if config.rectify else None
+        self._maps: tuple[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None
 
     def read(self) -> tuple[np.ndarray, float]:
         """The next frame as RGB uint8 (height, width, 3) and its capture time (``time.time()``).
@@ -83,6 +108,10 @@ class CameraSource:
             raise CameraError(f"camera source {self.config.source!r} delivered no frame")
         stamp = time.time()
         h, w = bgr.shape[:2]
+        if self._calibration is not None:
+            if self._maps is None or self._maps[0] != (w, h):  # maps for the sensor's resolution, built once
+                self._maps = ((w, h), self._calibration.scaled(w, h).undistort_maps())
+            bgr = cv2.remap(bgr, *self._maps[1], interpolation=cv2.INTER_LINEAR)
         if (w, h) != (self.config.width, self.config.height):
             bgr = cv2.resize(bgr, (self.config.width, self.config.height), interpolation=cv2.INTER_AREA)
         self.frames_read += 1

@@ -1,0 +1,65 @@
+"""One camera stream in, raw or compressed, as frames of the size a consumer expects.
+
+Real robots' cameras are often only reachable as ``sensor_msgs/CompressedImage`` (image_transport's
+``<topic>/compressed``: JPEG over Wi-Fi or from a driver that only compresses) and at their own
+resolution. :class:`CameraInput` subscribes either message type (chosen by the topic: a name ending in
+``/compressed`` is a CompressedImage), decodes, and fits each frame to the consumer's shape
+(:func:`robot_rl.sensors.frames.fit_frame`). A frame that cannot be decoded is skipped with a
+rate-limited warning and the previous frame stays; nothing downstream sees a partial image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image
+
+from robot_rl.core.spaces import SpecError
+from robot_rl.ros.conversions import compressed_image_from_msg, image_from_msg
+from robot_rl.sensors.frames import fit_frame
+
+TRANSPORTS = ("raw", "compressed")
+"""image_transport names: ``raw`` = ``<camera>/image_raw`` (Image), ``compressed`` = ``.../compressed``."""
+
+
+def camera_topic(camera: str, transport: str) -> str:
+    """The topic a camera's frames arrive on for ``transport`` (``front`` -> ``front/image_raw[/compressed]``)."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"image_transport must be one of {TRANSPORTS}, got {transport!r}")
+    return f"{camera}/image_raw" + ("/compressed" if transport == "compressed" else "")
+
+
+def decode_frame(msg: Image | CompressedImage) -> np.ndarray:
+    """An (H, W, C) uint8 RGB (or mono) array from either message type; SpecError when it cannot be read."""
+    if isinstance(msg, CompressedImage):
+        return compressed_image_from_msg(msg)
+    return image_from_msg(msg)
+
+
+class CameraInput:
+    """Keeps the latest frame of one camera topic, fitted to ``shape`` (None: as received)."""
+
+    def __init__(self, node: Node, topic: str, shape: tuple[int, int, int] | None,
+                 warn: Callable[[str], Any], qos: Any = qos_profile_sensor_data) -> None:
+        self.topic, self.shape, self._warn = topic, shape, warn
+        self.frame: np.ndarray | None = None
+        self.stamp_ns = 0
+        self.frames = 0
+        msg_type = CompressedImage if topic.rstrip("/").endswith("/compressed") else Image
+        self.subscription = node.create_subscription(msg_type, topic, self._on_msg, qos)
+
+    def _on_msg(self, msg: Image | CompressedImage) -> None:
+        try:
+            frame = fit_frame(decode_frame(msg), self.shape)
+        except SpecError as exc:
+            self._warn(f"skipping {self.topic}: {exc}")
+            return
+        if self.shape is None:  # the first frame fixes the size: a consumer's columns cannot change shape
+            self.shape = (int(frame.shape[0]), int(frame.shape[1]), int(frame.shape[2]))
+        self.frame = frame
+        self.stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        self.frames += 1
