@@ -186,6 +186,8 @@ EPISODES = 20
 """Training episodes of the hover test (the first 4 are the warm-up)."""
 
 
+@pytest.mark.extended  # residual RL removing the hover sag is also checked, through the online runner, by
+# tests/test_align_quad.py::test_residual_trained_in_the_identified_simulator_removes_the_real_robots_sag
 def test_a_short_residual_run_reduces_the_stand_in_hover_sag(tmp_path: Path) -> None:
     """The hover expert sags ~13 cm under the stand-in's hidden mass and motor changes; a residual trained
     in-process (learner object + episode loop, 20 episodes, 4000 updates, ~2 minutes of one CPU) removes a

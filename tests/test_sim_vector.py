@@ -61,5 +61,9 @@ def test_check_env_every_registered_id() -> None:
 
     assert len(ENV_IDS) == 14
     for env_id in ENV_IDS:
-        check_env(gym.make(env_id).unwrapped, skip_render_check=True)
+        env = gym.make(env_id).unwrapped
+        obs, _ = env.reset()  # unseeded, as check_env's first reset: name the key that leaves the space
+        outside = {k: v for k, v in obs.items() if v not in env.observation_space[k]}
+        assert not outside, f"{env_id}: reset() observation outside its space: {outside}"
+        check_env(env, skip_render_check=True)
     check_env(gym.make("robot_rl/QuadHover-v0", render_mode="rgb_array").unwrapped)  # with the render check
