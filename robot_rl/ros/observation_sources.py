@@ -9,9 +9,14 @@ the policy node subscribes to exactly the topics those keys need, following :dat
   projected_gravity and the quadrotor's position, quat; ``odom/twist`` (body frame) -> base_linvel,
   base_angvel (humanoid, body frame) and angvel (quadrotor, body frame); linvel (quadrotor, world frame)
   needs both;
-* ``image_<camera>`` (any image key of the spec) -> ``<camera>/image_raw``;
+* ``image_<camera>`` (any image key of the spec) -> ``<camera>/image_raw`` (Image) or, with
+  ``image_transport="compressed"``, ``<camera>/image_raw/compressed`` (CompressedImage); frames of another
+  size or channel count are resized to the policy's (:mod:`robot_rl.ros.camera_inputs`);
 * task inputs with no sensor (goal_pos, goal_vel, a walking command): constants from a parameter,
   ``"goal_pos=[0.55, 0.0, 0.15]; command=0.3 0 0"`` (:func:`parse_constants`); a constant wins over a topic;
+* the walking ``command`` (vx, vy, yaw rate) follows ``cmd_vel`` (TwistStamped: linear x/y, angular z), and
+  ``teleop/cmd_vel`` while the human holds the ``intervention``; a silent source commands zero, and before
+  any command the constant (or zero) holds (:class:`~robot_rl.teleop.command_mux.VelocityCommandMux`);
 * errors to a task input (:data:`DERIVED`): the quadrotor's goal_error = position - goal_pos and
   vel_error = linvel - goal_vel, computed from their inputs (sourced or constant) as the env does;
 * ``last_action`` (the quadrotor's previous action, as applied): fed back by the policy node itself
@@ -32,13 +37,16 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import JointState
 
 from robot_rl.control.rotations import quat_to_mat
 from robot_rl.core.spaces import SpecError
 from robot_rl.robots import robot_module
-from robot_rl.ros.conversions import image_from_msg, joint_state_from_msg, pose_from_msg
+from robot_rl.ros.camera_inputs import CameraInput, camera_topic
+from robot_rl.ros.conversions import joint_state_from_msg, pose_from_msg
 from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, twist_from_msg
+from robot_rl.ros.teleop_node import subscribe_velocity_commands
+from robot_rl.teleop.command_mux import VelocityCommandMux, command_default
 
 Fields = dict[str, np.ndarray]
 Raw = Mapping[str, Fields]
@@ -137,13 +145,18 @@ class ObservationSources:
     """Subscribes the topics that ``keys`` need on ``node``; :meth:`observation` assembles the latest values."""
 
     def __init__(self, node: Node, keys: Sequence[str], robot: str, image_shapes: Mapping[str, tuple[int, int, int]],
-                 constants: Mapping[str, np.ndarray]) -> None:
+                 constants: Mapping[str, np.ndarray], image_transport: str = "raw") -> None:
         self.node = node
         self.keys = list(dict.fromkeys(keys))
         self.derived = [k for k in self.keys if k in DERIVED and k not in constants]
         inputs = [i for k in self.derived for i in DERIVED[k][0]]
         needed = list(dict.fromkeys([k for k in self.keys if k not in self.derived] + inputs))
         self.constants = {k: np.asarray(v, np.float32) for k, v in constants.items() if k in needed}
+        self.command: VelocityCommandMux | None = None
+        if "command" in needed:  # refreshed from the velocity topics at every observation
+            self.command = VelocityCommandMux(command_default(self.constants.get("command")))
+            self.constants["command"] = np.zeros(3, np.float32)
+            subscribe_velocity_commands(node, self.command)
         missing = [k for k in needed if k not in self.constants and k not in SOURCES and k not in image_shapes]
         if missing:
             raise SpecError(f"no source for observation key(s) {missing} on this graph: known topics give "
@@ -152,7 +165,6 @@ class ObservationSources:
         self.joints, self.grippers = list(emb.joint_names), list(emb.gripper_joints)
         self.image_shapes = dict(image_shapes)
         self.raw: dict[str, Fields] = {}
-        self.images: dict[str, np.ndarray] = {}
         self.sourced = [k for k in needed if k not in self.constants and k in SOURCES]
         self.topics = sorted({t for k in self.sourced for t in SOURCES[k].topics})
         parsers: dict[str, Callable[[Any], Fields]] = {"joint_states": self._joints, "current_pose": _pose,
@@ -162,9 +174,9 @@ class ObservationSources:
             node.create_subscription(TOPICS[topic], topic, lambda m, t=topic: self._on_msg(m, t, parsers[t]),
                                      qos_profile_sensor_data)
         self.cameras = [k for k in needed if k not in self.constants and k not in SOURCES]  # image keys
-        for key in self.cameras:
-            node.create_subscription(Image, f"{key.removeprefix('image_')}/image_raw",
-                                     lambda m, k=key: self._on_image(m, k), qos_profile_sensor_data)
+        warn = lambda text: node.get_logger().warn(text, throttle_duration_sec=1.0)  # noqa: E731
+        self.camera_inputs = {k: CameraInput(node, camera_topic(k.removeprefix("image_"), image_transport),
+                                             self.image_shapes[k], warn) for k in self.cameras}
 
     def _joints(self, msg: JointState) -> Fields:
         _, q, dq, _ = joint_state_from_msg(msg, self.joints)
@@ -177,15 +189,10 @@ class ObservationSources:
         except SpecError as exc:
             self.node.get_logger().warn(f"skipping {topic}: {exc}", throttle_duration_sec=1.0)
 
-    def _on_image(self, msg: Image, key: str) -> None:
-        try:
-            self.images[key] = np.array(image_from_msg(msg, self.image_shapes[key]))
-        except SpecError as exc:
-            self.node.get_logger().warn(f"skipping {key}: {exc}", throttle_duration_sec=1.0)
-
     def waiting_for(self) -> list[str]:
         """Topics (and cameras) that have not delivered a message yet."""
-        return [t for t in self.topics if t not in self.raw] + [k for k in self.cameras if k not in self.images]
+        waiting = [t for t in self.topics if t not in self.raw]
+        return waiting + [k for k in self.cameras if self.camera_inputs[k].frame is None]
 
     def observation(self) -> dict[str, np.ndarray] | None:
         """Every key's latest value (float32 states, uint8 images), or None while an input is still missing."""
@@ -193,6 +200,9 @@ class ObservationSources:
             return None
         obs = {k: np.asarray(SOURCES[k].value(self.raw), dtype=np.float32) for k in self.sourced}
         obs.update({k: v.copy() for k, v in self.constants.items()})
-        obs.update({k: self.images[k] for k in self.cameras})
+        if self.command is not None:
+            now = self.node.get_clock().now().nanoseconds * 1e-9
+            obs["command"] = self.command.base_command(now).astype(np.float32)
+        obs.update({k: frame for k in self.cameras if (frame := self.camera_inputs[k].frame) is not None})
         obs.update({k: DERIVED[k][1](obs).astype(np.float32) for k in self.derived})
         return {k: obs[k] for k in self.keys}

@@ -47,6 +47,7 @@ from robot_rl.learners.tcp_transport import RemoteRun
 from robot_rl.learners.wire import parse_address, tls_client_context
 from robot_rl.policies.base import Policy
 from robot_rl.robots import cf2x, robot_module
+from robot_rl.ros.camera_inputs import camera_topic
 from robot_rl.ros.command_publisher import CommandPublisher
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.observation_sources import ObservationSources, parse_constants
@@ -100,6 +101,9 @@ class PolicyNodeConfig:
     actor_name: str = ""
     """This robot's id in the fleet (default: the host name); a replacement with the same id and workdir
     re-sends what the learner has not checkpointed."""
+    image_transport: str = "raw"
+    """How camera frames arrive: raw (``<camera>/image_raw``, Image) | compressed (``.../compressed``, JPEG
+    CompressedImage, what a robot's Wi-Fi link or driver often offers); frames are resized to the policy's size."""
 
     def __post_init__(self) -> None:
         if not self.policy_path:
@@ -112,6 +116,7 @@ class PolicyNodeConfig:
             raise ValueError(f"goal_pos must have 3 values, got {self.goal_pos}")
         parse_constants(self.constants)
         check_device_name(self.device)
+        camera_topic("front", self.image_transport)
         if self.learner_connect and not self.learner_secret_file:
             raise ValueError("learner_connect needs learner_secret_file (a copy of the run's learner.key)")
         if self.send_every < 1 or self.poll_s <= 0:
@@ -150,7 +155,7 @@ class PolicyNode(Node):
         self.runner = PolicyRunner(policy, self._weights_dir(), num_steps=cfg.inference_steps or None, threaded=True,
                                    on_swap=self._on_swap, on_error=self._on_error, device=cfg.device)
         self.sources = ObservationSources(self, [*self.runner.keys, *self.adapter.measured_keys], robot,
-                                          spec.image_shapes, constants)
+                                          spec.image_shapes, constants, cfg.image_transport)
         emb = robot_module(robot).EMBODIMENT
         self.out = CommandPublisher(self, self.adapter.mode, emb.joint_names, bool(emb.gripper_joints), cfg.base_frame)
         self.pub_action = self.create_publisher(Float64MultiArray, "policy/action", 10)

@@ -2,13 +2,19 @@
 
 At ``rate_hz`` it samples the latest ``joint_states`` (joint positions and velocities, gripper opening, and
 ``qpos``/``qvel``: arm and finger joints in MuJoCo's order, what ``robot-rl align`` replays from),
-``current_pose`` (tool pose, arms) and camera images (``cameras``: Image topics) into an observation, and
-records as the action the target in force: ``teleop/target_pose`` + ``teleop/gripper`` while the latched
-``intervention`` flag is true (steps marked as human interventions), else ``target_pose`` +
-``target_gripper`` from the policy; before any target it records holding the current pose. The action is
-an absolute tool target ``[x, y, z, qw, qx, qy, qz, gripper]`` in the base frame. ``episode_event``
-(String) ends episodes: success / failure commit, rerecord discards the take, stop commits and pauses
-recording until ``~/start``. A crash loses at most the open episode; earlier ones stay readable.
+``current_pose`` (tool pose, arms) and camera images (``cameras``: Image or CompressedImage topics, resized to
+``image_width`` x ``image_height``) into an observation, and records as the action the target in force:
+``teleop/target_pose`` + ``teleop/gripper`` while the latched ``intervention`` flag is true (steps marked as
+human interventions), else ``target_pose`` + ``target_gripper`` from the policy; before any target it records
+holding the current pose. The action is an absolute tool target ``[x, y, z, qw, qx, qy, qz, gripper]`` in the
+base frame. ``episode_event`` (String) ends episodes: success / failure commit, rerecord discards the take,
+stop commits and pauses recording until ``~/start``. A crash loses at most the open episode; earlier ones stay
+readable.
+
+A humanoid or a quadrotor (no tool pose) is recorded by :mod:`robot_rl.ros.floating_base_recording`: the env's
+odometry keys, the walking ``command`` / the flight setpoint the human set, and the policy's action in its
+own control mode (joint_position / thrust_body_rates), a quadrotor's human steps relabelled from the motion
+(:mod:`robot_rl.teleop.recording` says what a learner gets).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64, String
 from std_srvs.srv import Trigger
 
@@ -31,10 +37,13 @@ from robot_rl.data.schema import DatasetInfo
 from robot_rl.data.store import EpisodeStore
 from robot_rl.data.stream_recorder import StreamRecorder
 from robot_rl.robots import robot_module
-from robot_rl.ros.conversions import image_from_msg, joint_state_from_msg, pose_from_msg
+from robot_rl.ros.camera_inputs import CameraInput
+from robot_rl.ros.conversions import joint_state_from_msg, pose_from_msg
+from robot_rl.ros.floating_base_recording import FloatingBaseSampler
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import EVENTS, LATCHED, RateLimitedWarnings
+from robot_rl.teleop.recording import RelabellingRecorder
 
 
 @dataclass(frozen=True)
@@ -50,15 +59,25 @@ class RecorderNodeConfig:
     task: str = ""
     """Task text stored with the episodes."""
     cameras: tuple[str, ...] = ()
-    """Image topics to record; the observation key is the topic's first segment (front/image_raw -> front)."""
+    """Image topics to record; the observation key is the topic's first segment (front/image_raw -> front).
+    A topic ending in ``/compressed`` is read as a CompressedImage (JPEG/PNG), any other as an Image."""
+    image_width: int = 0
+    """Width frames are stored at [px] (resized); 0 keeps the first frame's size."""
+    image_height: int = 0
+    """Height frames are stored at [px] (resized); 0 keeps the first frame's size."""
     max_steps: int = 3000
     """Episodes longer than this are cut (committed as truncated)."""
+    goal_pos: tuple[float, ...] = (0.0, 0.0, 1.0)
+    """Quadrotor: the goal_pos recorded while no setpoint is in force (the policy node's goal_pos constant)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.rate_hz <= 200:
             raise ValueError(f"rate_hz must be in (0, 200], got {self.rate_hz}")
         if self.max_steps < 2:
             raise ValueError(f"max_steps must be >= 2, got {self.max_steps}")
+        if self.image_width < 0 or self.image_height < 0 or (self.image_width == 0) != (self.image_height == 0):
+            raise ValueError(f"image_width and image_height must both be 0 or both positive, "
+                             f"got {self.image_width}x{self.image_height}")
 
 
 class RecorderNode(Node):
@@ -70,24 +89,26 @@ class RecorderNode(Node):
         emb = robot_module(cfg.robot).EMBODIMENT
         self.joints, self.gripper_joints = list(emb.joint_names), list(emb.gripper_joints)
         path = Path(cfg.dataset).expanduser()
-        self.record_qstate = True
+        self._warn = RateLimitedWarnings(self.get_logger())
+        self.floating = (None if emb.kind == "arm" else
+                         FloatingBaseSampler(self, cfg.robot, cfg.rate_hz, cfg.goal_pos, self._warn))
+        self.record_qstate = self.floating is None
         if path.exists():
             self.store = EpisodeStore.open(path, mode="a")
-            self.record_qstate = "observation.qpos" in self.store.column_names()  # a store keeps its columns
+            self.record_qstate &= "observation.qpos" in self.store.column_names()  # a store keeps its columns
         else:
             # the recorded action is the absolute tool target in force: a cartesian_pose policy trains on it
             self.store = EpisodeStore.create(path, DatasetInfo(robot=cfg.robot, fps=cfg.rate_hz, task=cfg.task,
-                                                               controller={"control_mode": "cartesian_pose"},
+                                                               controller={"control_mode": self.floating.mode
+                                                                           if self.floating else "cartesian_pose"},
                                                                source="ros:recorder_node"))
-        self.recorder = StreamRecorder(self.store, task=cfg.task or None, max_steps=cfg.max_steps)
+        self.recorder = RelabellingRecorder(StreamRecorder(self.store, task=cfg.task or None, max_steps=cfg.max_steps),
+                                            None if self.floating is None else self.floating.rule)
         self.active = True
         self.human = False
         self.joint: tuple[np.ndarray, np.ndarray, float] | None = None
         self.qstate: tuple[np.ndarray, np.ndarray] | None = None
         self.pose: tuple[np.ndarray, np.ndarray] | None = None
-        self.images: dict[str, np.ndarray] = {}
-        self.image_shapes: dict[str, tuple[int, int, int]] = {}
-        self._warn = RateLimitedWarnings(self.get_logger())
         self.targets: dict[str, tuple[np.ndarray, np.ndarray] | None] = {"policy": None, "human": None}
         self.grippers = {"policy": 1.0, "human": 1.0}
         self.create_subscription(JointState, "joint_states", self._on_joints, qos_profile_sensor_data)
@@ -98,9 +119,9 @@ class RecorderNode(Node):
         self.create_subscription(Float64, "teleop/gripper", lambda m: self._on_gripper(m, "human"), 10)
         self.create_subscription(Bool, "intervention", lambda m: setattr(self, "human", bool(m.data)), LATCHED)
         self.create_subscription(String, "episode_event", self._on_event, EVENTS)
-        for topic in cfg.cameras:
-            key = topic.strip("/").split("/")[0]
-            self.create_subscription(Image, topic, lambda m, k=key: self._on_image(m, k), qos_profile_sensor_data)
+        shape = (cfg.image_height, cfg.image_width, 3) if cfg.image_width else None
+        self.cameras = {topic.strip("/").split("/")[0]: CameraInput(self, topic, shape, self._warn)
+                        for topic in cfg.cameras}  # a camera's first frame fixes its size: columns keep their shape
         self.pub_status = self.create_publisher(String, "recorder/status", LATCHED)
         self.create_service(Trigger, "~/start", self._on_start)
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
@@ -134,14 +155,6 @@ class RecorderNode(Node):
         if np.isfinite(msg.data):
             self.grippers[source] = float(np.clip(msg.data, 0.0, 1.0))
 
-    def _on_image(self, msg: Image, key: str) -> None:
-        try:  # the first frame fixes each camera's size: a store's columns cannot change shape
-            self.images[key] = np.array(image_from_msg(msg, self.image_shapes.get(key)))
-        except SpecError as exc:
-            self._warn(f"rejected image {key}: {exc}")
-            return
-        h, w, c = self.images[key].shape
-        self.image_shapes.setdefault(key, (h, w, c))
 
     def _on_event(self, msg: String) -> None:
         event = msg.data.strip().lower()
@@ -165,15 +178,20 @@ class RecorderNode(Node):
         self.pub_status.publish(String(data=f"{state}; {self.store.num_episodes} episodes in store"))
 
     def _tick(self) -> None:
-        if not self.active or self.joint is None or self.pose is None:
+        if not self.active or (self.floating is None and (self.joint is None or self.pose is None)):
             return
-        if any(key not in self.images for key in (t.strip("/").split("/")[0] for t in self.config.cameras)):
+        images = {key: camera.frame for key, camera in self.cameras.items() if camera.frame is not None}
+        if len(images) < len(self.cameras):
             return
+        if self.floating is not None:
+            self._add_floating(images)
+            return
+        assert self.joint is not None and self.pose is not None
         q, dq, width = self.joint
         position, quat = self.pose
         obs = {"joint_pos": q.astype(np.float32), "joint_vel": dq.astype(np.float32),
                "gripper_width": np.array([width], np.float32), "tcp_pos": position.astype(np.float32),
-               "tcp_quat": quat.astype(np.float32), **self.images}
+               "tcp_quat": quat.astype(np.float32), **images}
         if self.qstate is not None and self.record_qstate:
             obs["qpos"], obs["qvel"] = (x.astype(np.float32) for x in self.qstate)
         source = "human" if self.human else "policy"
@@ -181,6 +199,18 @@ class RecorderNode(Node):
         action = np.r_[target[0], target[1], self.grippers[source]].astype(np.float32)
         now = self.get_clock().now().nanoseconds * 1e-9
         self.recorder.add(obs, action, SegmentSource.HUMAN if self.human else SegmentSource.POLICY, now)
+        if self.recorder.steps % 50 == 0:
+            self._status()
+
+    def _add_floating(self, images: dict[str, np.ndarray]) -> None:
+        """One step of a humanoid or a quadrotor (see :mod:`robot_rl.ros.floating_base_recording`)."""
+        assert self.floating is not None
+        now = self.get_clock().now().nanoseconds * 1e-9
+        sample = self.floating.sample(None if self.joint is None else self.joint[:2], self.human, now)
+        if sample is None:
+            return
+        source = SegmentSource.HUMAN if self.human else SegmentSource.POLICY
+        self.recorder.add({**sample[0], **images}, sample[1], source, now)
         if self.recorder.steps % 50 == 0:
             self._status()
 

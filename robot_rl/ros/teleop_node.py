@@ -1,12 +1,25 @@
-"""Teleop node: keyboard, gamepad or spacemouse -> end-effector targets, intervention, episode events.
+"""Teleop node: keyboard, gamepad or spacemouse -> the human's command, intervention, episode events.
 
-Publishes ``teleop/target_pose`` (PoseStamped) and ``teleop/gripper`` (Float64) while the human is in
-control, and ``intervention`` (Bool, latched) whenever control changes hands: the controller's safety
-layer lets the human target win while it is true, and the recorder marks those steps. Episode events
-(success, failure, re-record, stop) come from device buttons or from the services ``~/success``,
-``~/failure``, ``~/rerecord``, ``~/stop`` and go out on ``episode_event`` (String). ``~/set_intervention``
-(SetBool) hands control over from a UI. Integration starts from the robot's ``current_pose``; without
-one, taking control is refused rather than jumping to a stale target.
+One node for every embodiment; ``mode`` (:class:`~robot_rl.teleop.TeleopMode`) says what the device commands:
+
+* ``end_effector`` (arms): ``teleop/target_pose`` (PoseStamped) + ``teleop/gripper`` (Float64), integrated
+  from the arm's ``current_pose``;
+* ``base_velocity`` (humanoids): ``teleop/cmd_vel`` (TwistStamped: linear x/y, angular z in the heading
+  frame), the walking policy's ``command`` while the human is in control (the policy node and the recorder
+  pick it over ``cmd_vel``; see :func:`subscribe_velocity_commands`);
+* ``quad_position`` (quadrotors): ``teleop/target_pose``, a position + yaw setpoint in the world frame
+  integrated from the vehicle's ``odom/pose`` and kept in the workspace box; the flight controller's
+  safety layer follows it as a human target;
+* ``quad_velocity`` (quadrotors): ``teleop/cmd_vel`` (TwistStamped, world frame: linear = velocity,
+  angular.z = yaw rate), for bridges that take velocity setpoints.
+
+Targets go out only while the human is in control. ``intervention`` (Bool, latched) is published whenever
+control changes hands: the controller's safety layer lets human targets win while it is true, and the
+recorder and the policy node's actor mark those steps as the human's. Episode events (success, failure,
+re-record, stop) come from device buttons or from the services ``~/success``, ``~/failure``,
+``~/rerecord``, ``~/stop`` and go out on ``episode_event`` (String). ``~/set_intervention`` (SetBool)
+hands control over from a UI. Position modes start integrating from the measured pose; without one,
+taking control is refused rather than jumping to a stale target.
 """
 
 from __future__ import annotations
@@ -16,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import PoseStamped, TwistStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from scipy.spatial.transform import Rotation
@@ -24,12 +37,20 @@ from std_msgs.msg import Bool, Float64, String
 from std_srvs.srv import SetBool, Trigger
 
 from robot_rl.core.spaces import SpecError
-from robot_rl.ros.conversions import pose_from_msg, pose_to_msg
+from robot_rl.ros.conversions import ns_to_stamp, pose_from_msg, pose_to_msg
 from robot_rl.ros.node_main import run_node
+from robot_rl.ros.odometry import POSE_TOPIC, twist_from_msg
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import EVENTS, LATCHED
-from robot_rl.teleop import EpisodeEvent, TeleopCommand, TeleopState
+from robot_rl.teleop import EpisodeEvent, TeleopCommand, TeleopMode, TeleopState
+from robot_rl.teleop.command import BASE_VELOCITY_HIGH, BASE_VELOCITY_LOW, QUAD_WORKSPACE_HIGH, QUAD_WORKSPACE_LOW
+from robot_rl.teleop.command_mux import VelocityCommandMux
 from robot_rl.teleop.devices import KEYBOARD_HELP, open_device
+
+CMD_VEL_TOPIC = "cmd_vel"
+"""The robot's normal velocity command (a navigation stack, a joystick relay)."""
+TELEOP_CMD_VEL_TOPIC = "teleop/cmd_vel"
+"""The human's velocity command (base_velocity, quad_velocity)."""
 
 
 @dataclass(frozen=True)
@@ -40,41 +61,71 @@ class TeleopNodeConfig:
     """keyboard | gamepad | spacemouse."""
     device_path: str = "/dev/tty"
     """A terminal for the keyboard, /dev/input/jsN for a gamepad, /dev/hidrawN for a spacemouse."""
+    mode: str = "end_effector"
+    """end_effector (arms) | base_velocity (humanoids) | quad_position | quad_velocity (quadrotors)."""
     rate_hz: float = 50.0
     """How often the device is read and targets are published."""
     max_linear_speed: float = 0.15
-    """End-effector speed at full deflection [m/s]."""
+    """Speed at full deflection [m/s] (end_effector, quad_position, quad_velocity)."""
     max_angular_speed: float = 0.6
-    """End-effector angular speed at full deflection [rad/s]."""
+    """Angular speed at full deflection [rad/s] (end_effector, quad_position, quad_velocity)."""
+    velocity_low: tuple[float, ...] = BASE_VELOCITY_LOW
+    """base_velocity: (vx, vy, yaw rate) at full negative deflection [m/s, rad/s]."""
+    velocity_high: tuple[float, ...] = BASE_VELOCITY_HIGH
+    """base_velocity: (vx, vy, yaw rate) at full positive deflection [m/s, rad/s]."""
+    workspace_low: tuple[float, ...] = QUAD_WORKSPACE_LOW
+    """quad_position: lower corner of the box the setpoint stays in [m, world frame]."""
+    workspace_high: tuple[float, ...] = QUAD_WORKSPACE_HIGH
+    """quad_position: upper corner of that box [m, world frame]."""
+    pose_topic: str = ""
+    """Measured pose to take over from; "" = current_pose (end_effector) or odom/pose (quad_position)."""
     base_frame: str = "base"
-    """Frame of published targets; incoming current_pose must use it too."""
+    """Frame of published targets; the measured pose must use it too (world for a quadrotor)."""
 
     def __post_init__(self) -> None:
         if self.device not in ("keyboard", "gamepad", "spacemouse"):
             raise ValueError(f"device must be keyboard, gamepad or spacemouse, got {self.device!r}")
+        if self.mode not in {m.value for m in TeleopMode}:
+            raise ValueError(f"mode must be one of {[m.value for m in TeleopMode]}, got {self.mode!r}")
         if not (0 < self.rate_hz <= 1000):
             raise ValueError(f"rate_hz must be in (0, 1000], got {self.rate_hz}")
+        self.state()  # checks the speeds, the velocity range and the workspace
+
+    def state(self) -> TeleopState:
+        """A fresh TeleopState with these limits."""
+        try:
+            return TeleopState(self.max_linear_speed, self.max_angular_speed, mode=TeleopMode(self.mode),
+                               velocity_low=self.velocity_low, velocity_high=self.velocity_high,
+                               workspace_low=self.workspace_low, workspace_high=self.workspace_high)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class TeleopNode(Node):
-    """Reads one teleop device and publishes human targets and episode events."""
+    """Reads one teleop device and publishes the human's command and episode events."""
 
     def __init__(self) -> None:
         super().__init__("teleop")
         cfg = self.config = declare_config(self, TeleopNodeConfig)
+        self.state = cfg.state()
+        self.mode = self.state.mode
         self.device = open_device(cfg.device, cfg.device_path)
-        self.state = TeleopState(cfg.max_linear_speed, cfg.max_angular_speed)
         self.current_pose: tuple[np.ndarray, np.ndarray] | None = None
         self.pub_target = self.create_publisher(PoseStamped, "teleop/target_pose", 10)
         self.pub_gripper = self.create_publisher(Float64, "teleop/gripper", 10)
+        self.pub_cmd_vel = self.create_publisher(TwistStamped, TELEOP_CMD_VEL_TOPIC, 10)
         self.pub_intervention = self.create_publisher(Bool, "intervention", LATCHED)
         self.pub_event = self.create_publisher(String, "episode_event", EVENTS)
-        self.create_subscription(PoseStamped, "current_pose", self._on_pose, qos_profile_sensor_data)
+        pose_topic = cfg.pose_topic or (POSE_TOPIC if self.mode == TeleopMode.QUAD_POSITION else "current_pose")
+        if self.mode.integrates_pose:
+            self.create_subscription(PoseStamped, pose_topic, self._on_pose, qos_profile_sensor_data)
         for event in EpisodeEvent:
             self.create_service(Trigger, f"~/{event.value}", self._event_service(event))
         self.create_service(SetBool, "~/set_intervention", self._on_set_intervention)
         self._publish_intervention()
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
+        source = f", taking over from {pose_topic}" if self.mode.integrates_pose else ""
+        self.get_logger().info(f"{cfg.device} on {cfg.device_path}: {self.mode.value}{source}")
         if cfg.device == "keyboard":
             self.get_logger().info(KEYBOARD_HELP)
 
@@ -82,12 +133,12 @@ class TeleopNode(Node):
         try:
             self.current_pose = pose_from_msg(msg, self.config.base_frame)
         except SpecError as exc:
-            self.get_logger().warn(f"ignoring current_pose: {exc}", throttle_duration_sec=1.0)
+            self.get_logger().warn(f"ignoring measured pose: {exc}", throttle_duration_sec=1.0)
 
     def _set_intervening(self, value: bool) -> bool:
-        if value and not self.state.intervening:
+        if value and not self.state.intervening and self.mode.integrates_pose:
             if self.current_pose is None:
-                self.get_logger().warn("cannot take control: no current_pose received yet")
+                self.get_logger().warn("cannot take control: no measured pose received yet")
                 return False
             position, quat = self.current_pose
             self.state.sync(position, Rotation.from_quat(quat, scalar_first=True).as_rotvec())
@@ -124,15 +175,48 @@ class TeleopNode(Node):
         motion = TeleopCommand(cmd.linear, cmd.angular, cmd.gripper, events=cmd.events)
         for event in self.state.apply(motion, 1.0 / self.config.rate_hz):
             self._emit(event)
-        if self.state.intervening and self.state.position is not None and self.state.rotvec is not None:
-            quat = Rotation.from_rotvec(self.state.rotvec).as_quat(scalar_first=True)
-            stamp = time.time_ns()
-            self.pub_target.publish(pose_to_msg(self.state.position, quat, stamp, self.config.base_frame))
-            self.pub_gripper.publish(Float64(data=float(self.state.gripper)))
+        if not self.state.intervening:
+            return
+        stamp = time.time_ns()
+        if self.mode.integrates_pose:
+            pose = self.state.pose()
+            if pose is not None:
+                self.pub_target.publish(pose_to_msg(pose[0], pose[1], stamp, self.config.base_frame))
+            if self.mode == TeleopMode.END_EFFECTOR:
+                self.pub_gripper.publish(Float64(data=float(self.state.gripper)))
+        else:
+            self.pub_cmd_vel.publish(twist_to_msg(self.state.linear_velocity, self.state.angular_velocity, stamp,
+                                                  self.config.base_frame))
 
     def close(self) -> None:
         """Release the device (and restore the terminal)."""
         self.device.close()
+
+
+def twist_to_msg(linear: np.ndarray, angular: np.ndarray, stamp_ns: int, frame: str) -> TwistStamped:
+    """A velocity command as a TwistStamped."""
+    msg = TwistStamped()
+    msg.header.stamp, msg.header.frame_id = ns_to_stamp(stamp_ns), frame
+    msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z = (float(v) for v in linear)
+    msg.twist.angular.x, msg.twist.angular.y, msg.twist.angular.z = (float(v) for v in angular)
+    return msg
+
+
+def subscribe_velocity_commands(node: Node, mux: VelocityCommandMux) -> None:
+    """Feed ``mux`` from ``cmd_vel``, ``teleop/cmd_vel`` and the latched ``intervention`` (receipt time, node clock).
+
+    A malformed twist is logged and dropped; the command in force stays until its timeout.
+    """
+    def on_twist(msg: TwistStamped, source: str) -> None:
+        try:
+            linear, angular = twist_from_msg(msg)
+            mux.update(source, linear, angular, node.get_clock().now().nanoseconds * 1e-9)
+        except SpecError as exc:
+            node.get_logger().warn(f"ignoring {source} velocity command: {exc}", throttle_duration_sec=1.0)
+
+    node.create_subscription(TwistStamped, CMD_VEL_TOPIC, lambda m: on_twist(m, "robot"), 10)
+    node.create_subscription(TwistStamped, TELEOP_CMD_VEL_TOPIC, lambda m: on_twist(m, "human"), 10)
+    node.create_subscription(Bool, "intervention", lambda m: setattr(mux, "human", bool(m.data)), LATCHED)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,5 +1,8 @@
-"""Teleoperation devices in the pure core: keyboard, gamepad and spacemouse -> TeleopCommand."""
+"""Teleoperation in the pure core: devices -> TeleopCommand -> the human's command for the robot's TeleopMode.
 
-from robot_rl.teleop.command import EpisodeEvent, TeleopCommand, TeleopState
+Also the velocity-command mux and the recording rules that every embodiment shares.
+"""
 
-__all__ = ["EpisodeEvent", "TeleopCommand", "TeleopState"]
+from robot_rl.teleop.command import EpisodeEvent, TeleopCommand, TeleopMode, TeleopState
+
+__all__ = ["EpisodeEvent", "TeleopCommand", "TeleopMode", "TeleopState"]
