@@ -35,7 +35,6 @@ from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Bool, String
 
 from robot_rl.control.base import TargetRejected
-from robot_rl.control.targets import JointTarget
 from robot_rl.core.config import ConfigError
 from robot_rl.hardware import unitree_idl as idl
 from robot_rl.hardware.unitree_bridge import (
@@ -51,7 +50,7 @@ from robot_rl.ros.node_main import run_node
 from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
-from robot_rl.ros.target_conversions import joint_target_from_msg
+from robot_rl.ros.target_conversions import joint_gains_from_msg, joint_target_from_msg
 
 _LEVELS = {BridgeMode.ACTIVE: DiagnosticStatus.OK, BridgeMode.HOLD: DiagnosticStatus.OK,
            BridgeMode.RAMPING: DiagnosticStatus.OK, BridgeMode.WAITING: DiagnosticStatus.WARN,
@@ -152,13 +151,7 @@ class UnitreeBridgeNode(Node):
 
     def _on_gains(self, msg: JointState) -> None:
         try:
-            names = list(msg.name)
-            missing = [n for n in self.joint_names if n not in names]
-            if missing or len(msg.position) != len(names) or len(msg.velocity) != len(names):
-                raise TargetRejected(f"needs position (kp) and velocity (kd) for every joint; missing {missing}")
-            order = [names.index(n) for n in self.joint_names]
-            kp, kd = np.asarray(msg.position)[order], np.asarray(msg.velocity)[order]
-            JointTarget(np.zeros(len(order)), kp=kp, kd=kd)  # finite, non-negative
+            kp, kd = joint_gains_from_msg(msg, self.joint_names)
         except (TargetRejected, ValueError) as exc:
             self._warn(f"rejected target_joint_gains: {exc}")
             return
