@@ -1,0 +1,253 @@
+"""PX4 bridge node: a PX4 multirotor on the ROS graph exactly where the quadrotor sim node would be.
+
+Same topics as launch/quadrotor_sim.launch.yaml, so a policy trained in simulation runs unchanged:
+``odom/pose`` + ``odom/twist`` (:mod:`robot_rl.ros.odometry`, ENU world / FLU body, from PX4's
+LOCAL_POSITION_NED and ATTITUDE_QUATERNION) out; ``target_body_rates`` (TwistStamped: angular = body rates
+FLU [rad/s], linear.z = collective thrust [N] of a vehicle of ``mass``, scaled to PX4's normalised thrust
+through the hover throttle), ``target_velocity`` (TwistStamped: linear = ENU velocity [m/s], angular.z = yaw
+rate) and ``target_pose`` (PoseStamped: ENU position in the vehicle's local frame + heading) in. The latched
+``safety/estop`` force-disarms the vehicle; ``/diagnostics`` reports link, armed state, PX4 mode, landed
+state and streaming. The link, frames and handshake are :mod:`robot_rl.hardware.px4_link` (pure core); this
+node only converts messages. A refused command (NaN, out of range) is logged with its reason and never
+sent: the vehicle keeps the last good setpoint until the stream times out, then PX4's own failsafe holds.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped, TwistStamped
+from pymavlink.dialects.v20 import common as mavlink
+from rclpy.node import Node
+from std_msgs.msg import Bool
+
+from robot_rl.control.base import RobotState
+from robot_rl.control.rotations import quat_yaw
+from robot_rl.hardware.px4_codec import (
+    Setpoint,
+    SetpointLimits,
+    SetpointRefused,
+    ThrustMap,
+    frd_to_flu,
+    ned_to_enu,
+    position_setpoint,
+    quat_ned_to_enu,
+    rates_setpoint,
+    velocity_setpoint,
+)
+from robot_rl.hardware.px4_link import LANDED_STATES, OffboardSession, Px4Link, SessionConfig
+from robot_rl.robots import cf2x
+from robot_rl.ros.conversions import pose_from_msg
+from robot_rl.ros.node_main import run_node
+from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
+from robot_rl.ros.params import declare_config
+from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
+
+
+@dataclass(frozen=True)
+class Px4BridgeConfig(SessionConfig):
+    """PX4 bridge parameters: the link, the offboard session (inherited) and how commands are scaled."""
+
+    connection: str = "udpin:0.0.0.0:14540"
+    """udpin:HOST:PORT (PX4 SITL / Ethernet: PX4 sends to this port), udpout:HOST:PORT or serial:DEVICE:BAUD."""
+    system_id: int = 1
+    """Our MAVLink system id (a companion computer shares the vehicle's, as MAVROS does)."""
+    component_id: int = 191
+    """Our MAVLink component id (MAV_COMP_ID_ONBOARD_COMPUTER)."""
+    vehicle_system_id: int = 0
+    """The vehicle's MAVLink system id (PX4 MAV_SYS_ID); 0 = the first PX4 heard."""
+    tick_hz: float = 100.0
+    """How often the session ticks: heartbeat, setpoint stream, handshake, link watch, diagnostics [Hz]
+    (telemetry is read by its own thread as it arrives)."""
+    hover_thrust: float = 0.0
+    """Normalised thrust that hovers the vehicle; 0 = read PX4's MPC_THR_HOVER from the vehicle."""
+    mass: float = cf2x.MASS
+    """Mass [kg] the thrust of target_body_rates refers to (the model the policy was trained on): its weight
+    maps to hover_thrust, so a policy's hover is the vehicle's hover."""
+    max_body_rate: float = 6.0
+    """Largest body rate accepted [rad/s]."""
+    max_velocity: float = 3.0
+    """Largest speed accepted on target_velocity [m/s]."""
+    max_yaw_rate: float = 2.0
+    """Largest yaw rate accepted on target_velocity [rad/s]."""
+    box_low: tuple[float, float, float] = (-50.0, -50.0, -1.0)
+    """Lower corner of accepted target_pose positions, ENU local frame [m]."""
+    box_high: tuple[float, float, float] = (50.0, 50.0, 30.0)
+    """Upper corner of accepted target_pose positions, ENU local frame [m]."""
+    base_frame: str = "world"
+    """frame_id of odom/pose (the vehicle's local ENU frame)."""
+    body_frame: str = "base_link"
+    """frame_id of odom/twist (the body, FLU)."""
+    diagnostics_hz: float = 1.0
+    """Rate of /diagnostics (also sent at once on every change of link, arming, mode or streaming)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.hover_thrust < 1 or not self.mass > 0:
+            raise ValueError(f"hover_thrust must be in [0, 1) and mass > 0, got {self.hover_thrust}, {self.mass}")
+        if not self.tick_hz >= self.setpoint_hz:
+            raise ValueError(f"tick_hz ({self.tick_hz}) must be >= setpoint_hz ({self.setpoint_hz})")
+        if len(self.box_low) != 3 or len(self.box_high) != 3 or np.any(np.subtract(self.box_high, self.box_low) <= 0):
+            raise ValueError(f"box_low < box_high needs 3 values each, got {self.box_low}, {self.box_high}")
+        if self.diagnostics_hz <= 0:
+            raise ValueError(f"diagnostics_hz must be positive, got {self.diagnostics_hz}")
+
+
+class Px4BridgeNode(Node):
+    """ROS topics <-> one PX4 vehicle over MAVLink."""
+
+    def __init__(self) -> None:
+        super().__init__("px4_bridge")
+        cfg = self.config = declare_config(self, Px4BridgeConfig)
+        self.limits = SetpointLimits(cfg.max_body_rate, cfg.max_velocity, cfg.max_yaw_rate, cfg.box_low, cfg.box_high)
+        self.link = Px4Link(cfg.connection, cfg.system_id, cfg.component_id, cfg.vehicle_system_id)
+        self.session = OffboardSession(self.link, cfg, self._log)
+        self.link.listeners.append(self._on_mavlink)
+        self.pub_pose = self.create_publisher(PoseStamped, POSE_TOPIC, 10)
+        self.pub_twist = self.create_publisher(TwistStamped, TWIST_TOPIC, 10)
+        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._warn = RateLimitedWarnings(self.get_logger())
+        self.refused = 0
+        self.create_subscription(TwistStamped, "target_body_rates", self._on_rates, 10)
+        self.create_subscription(TwistStamped, "target_velocity", self._on_velocity, 10)
+        self.create_subscription(PoseStamped, "target_pose", self._on_pose, 10)
+        self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
+        self._summary: tuple[object, ...] = ()
+        self._next_diag = 0.0
+        self._hover_warned = False
+        self._lock = threading.Lock()
+        """Serialises the link and session between the executor and the reader thread."""
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read_loop, name="px4_reader", daemon=True)
+        self._reader.start()
+        self.create_timer(1.0 / cfg.tick_hz, self._tick)
+        self.get_logger().info(f"PX4 bridge on {cfg.connection}: setpoints at {cfg.setpoint_hz:g} Hz, "
+                               f"auto_arm={cfg.auto_arm}, hover_thrust="
+                               f"{cfg.hover_thrust if cfg.hover_thrust else 'from MPC_THR_HOVER'}")
+
+    def _log(self, level: str, text: str) -> None:
+        logger = self.get_logger()
+        if level == "error":
+            logger.error(text)
+        elif level == "warn":
+            logger.warn(text)
+        else:
+            logger.info(text)
+
+    # --- commands in ---------------------------------------------------------------------------------------
+    def thrust_map(self) -> ThrustMap:
+        """Newtons -> PX4 normalised thrust, with the configured or the vehicle's hover throttle."""
+        vehicle = self.link.state.params.get("MPC_THR_HOVER")
+        hover = self.config.hover_thrust or vehicle
+        if hover is None:
+            raise SetpointRefused("hover thrust unknown: MPC_THR_HOVER not read from the vehicle yet")
+        if vehicle is not None and abs(vehicle - hover) > 0.05 and not self._hover_warned:
+            self._hover_warned = True
+            self.get_logger().warn(f"hover_thrust {hover:.3f} differs from the vehicle's MPC_THR_HOVER {vehicle:.3f}")
+        return ThrustMap(hover, self.config.mass)
+
+    def _submit(self, topic: str, make: Callable[[], Setpoint]) -> None:
+        try:
+            setpoint = make()
+        except (SetpointRefused, ValueError) as exc:
+            self.refused += 1
+            self._warn(f"refused {topic}: {exc}")
+            return
+        with self._lock:
+            self.session.command(setpoint, time.monotonic())
+
+    def _on_rates(self, msg: TwistStamped) -> None:
+        w = msg.twist.angular
+        self._submit("target_body_rates", lambda: rates_setpoint(np.array([w.x, w.y, w.z]), msg.twist.linear.z,
+                                                                 self.thrust_map(), self.limits))
+
+    def _on_velocity(self, msg: TwistStamped) -> None:
+        def make() -> Setpoint:
+            lin = msg.twist.linear
+            return velocity_setpoint(np.array([lin.x, lin.y, lin.z]), msg.twist.angular.z, self.limits)
+        self._submit("target_velocity", make)
+
+    def _on_pose(self, msg: PoseStamped) -> None:
+        def make() -> Setpoint:
+            position, quat = pose_from_msg(msg)
+            return position_setpoint(position, quat_yaw(quat), self.limits)
+        self._submit("target_pose", make)
+
+    def _on_estop(self, msg: Bool) -> None:
+        with self._lock:
+            self.session.set_estop(bool(msg.data), time.monotonic())
+
+    # --- telemetry out -------------------------------------------------------------------------------------
+    def _on_mavlink(self, msg: mavlink.MAVLink_message, _now: float) -> None:
+        if msg.get_type() != "LOCAL_POSITION_NED":
+            return
+        st = self.link.state
+        state = RobotState(np.zeros(0), np.zeros(0), 0.0, ned_to_enu(st.position_ned),
+                           quat_ned_to_enu(st.quat_ned_frd), ned_to_enu(st.velocity_ned), frd_to_flu(st.rates_frd))
+        pose, twist = odometry_to_msgs(state, self.get_clock().now().nanoseconds, self.config.base_frame,
+                                       self.config.body_frame)
+        self.pub_pose.publish(pose)
+        self.pub_twist.publish(twist)
+
+    def _read_loop(self) -> None:
+        """Telemetry as it arrives (odometry is published from here, no timer quantisation)."""
+        while not self._stop.is_set():
+            readable, _, _ = select.select([self.link], [], [], 0.1)
+            if readable:
+                with self._lock:
+                    self.link.poll()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.session.tick(now)
+            st, s = self.link.state, self.session
+            summary = (s.connected, st.armed, st.custom_mode, s.streaming, s.estop, st.landed_state)
+            if summary != self._summary or now >= self._next_diag:
+                self._summary = summary
+                self._next_diag = now + 1.0 / self.config.diagnostics_hz
+                self._publish_diagnostics()
+
+    def _publish_diagnostics(self) -> None:
+        st, s = self.link.state, self.session
+        link = "up" if s.connected else ("lost" if np.isfinite(st.heartbeat_time) else "waiting")
+        if not s.connected or s.estop:
+            level = DiagnosticStatus.ERROR
+        elif st.armed and st.mode != "OFFBOARD":
+            level = DiagnosticStatus.WARN  # a failsafe (or a pilot) has the vehicle
+        else:
+            level = DiagnosticStatus.OK
+        hover = self.config.hover_thrust or st.params.get("MPC_THR_HOVER", float("nan"))
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        array.status.append(DiagnosticStatus(
+            name="robot_rl/px4/vehicle", hardware_id=f"px4 system {st.system_id}", level=level,
+            message=f"link {link}, {'armed' if st.armed else 'disarmed'}, {st.mode}"
+                    + (", e-stop" if s.estop else ""),
+            values=[KeyValue(key="link", value=link), KeyValue(key="armed", value=str(st.armed).lower()),
+                    KeyValue(key="mode", value=st.mode),
+                    KeyValue(key="landed_state", value=LANDED_STATES.get(st.landed_state, str(st.landed_state))),
+                    KeyValue(key="streaming", value=str(s.streaming).lower()),
+                    KeyValue(key="estop", value=str(s.estop).lower()),
+                    KeyValue(key="setpoints_sent", value=str(s.sent)),
+                    KeyValue(key="refused_commands", value=str(self.refused)),
+                    KeyValue(key="hover_thrust", value=f"{hover:.4f}"),
+                    KeyValue(key="statustext", value=st.statustext[-1] if st.statustext else "")]))
+        self.pub_diag.publish(array)
+
+    def close(self) -> None:
+        """Stop streaming (the vehicle's failsafe takes over) and close the port."""
+        self._stop.set()
+        self._reader.join(timeout=1.0)
+        self.link.close()
+
+
+def main(args: list[str] | None = None) -> int:
+    """``ros2 run robot_rl px4_bridge``."""
+    return run_node(Px4BridgeNode, args)
