@@ -25,6 +25,7 @@ from scipy.spatial.transform import Rotation
 rclpy = pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped, TwistStamped  # noqa: E402
+from std_msgs.msg import Bool  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from robot_rl.control.rotations import quat_to_mat  # noqa: E402
@@ -35,6 +36,7 @@ from robot_rl.robots import cf2x  # noqa: E402
 from robot_rl.ros.conversions import pose_from_msg  # noqa: E402
 from robot_rl.ros.launch_processes import LaunchedGraph, launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.qos import LATCHED  # noqa: E402
 
 LIMITS = codec.SetpointLimits()
 HOVER = codec.ThrustMap(0.55, cf2x.MASS)
@@ -307,6 +309,8 @@ class Probe:
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
         self.velocity = self.node.create_publisher(TwistStamped, "/target_velocity", 10)
         self.rates = self.node.create_publisher(TwistStamped, "/target_body_rates", 10)
+        self.teleop_velocity = self.node.create_publisher(TwistStamped, "/teleop/cmd_vel", 10)
+        self.intervention = self.node.create_publisher(Bool, "/intervention", LATCHED)
         self.estop = self.node.create_client(Trigger, "/safety/estop")
         self.reset = self.node.create_client(Trigger, "/safety/reset")
 
@@ -331,6 +335,11 @@ class Probe:
         msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z = v
         msg.twist.angular.z = yaw_rate
         self.velocity.publish(msg)
+
+    def send_human_velocity(self, v: tuple[float, float, float]) -> None:
+        msg = TwistStamped()
+        msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z = v
+        self.teleop_velocity.publish(msg)
 
     def send_rates(self, rates: tuple[float, float, float], thrust: float = HOVER_N) -> None:
         msg = TwistStamped()
@@ -416,6 +425,30 @@ def test_graph_tracks_velocity_and_body_rate_setpoints(graph: tuple[LaunchedGrap
     assert probe.mean(time.monotonic() - 0.1, 3)[0] < -0.7
     probe.spin(0.5, lambda: probe.send_velocity((0.0, 0.0, 0.0)))
     assert probe.flying() and probe.pos[2] > 0.5
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_the_human_takes_over_and_the_policy_is_dropped_until_release(graph: tuple[LaunchedGraph, Probe]) -> None:
+    """Teleop semantics on a vendor bridge: during the intervention only teleop/cmd_vel reaches the vehicle."""
+    running, probe = graph
+    east, north = (0.5, 0.0, 0.0), (0.0, 0.5, 0.0)
+
+    def both() -> None:  # the policy keeps streaming east while the human flies north
+        probe.send_velocity(east)
+        probe.send_human_velocity(north)
+    assert probe.spin(5, lambda: probe.send_velocity((0.0, 0.0, 0.0)), until=probe.flying)
+    probe.intervention.publish(Bool(data=True))
+    assert probe.spin(3, both, until=lambda: probe.diag.get("intervention") == "true")
+    probe.spin(1.5, both)
+    assert np.linalg.norm(probe.mean(time.monotonic() - 0.4, 2) - north) < 0.1, probe.samples[-1]
+    assert int(probe.diag["dropped_policy_commands"]) > 20 and probe.flying()
+    probe.intervention.publish(Bool(data=False))
+    assert probe.spin(3, both, until=lambda: probe.diag.get("intervention") == "false")
+    probe.spin(1.5, both)
+    assert np.linalg.norm(probe.mean(time.monotonic() - 0.4, 2) - east) < 0.1, probe.samples[-1]
+    assert "intervention: the human commands" in running.log("px4_bridge")
+    probe.spin(1.0, lambda: probe.send_velocity((0.0, 0.0, 0.0)))  # stopped for the next test
 
 
 @pytest.mark.ros

@@ -1,15 +1,17 @@
 """PX4 bridge node: a PX4 multirotor on the ROS graph exactly where the quadrotor sim node would be.
 
-Same topics as launch/quadrotor_sim.launch.yaml, so a policy trained in simulation runs unchanged:
-``odom/pose`` + ``odom/twist`` (:mod:`robot_rl.ros.odometry`, ENU world / FLU body, from PX4's
-LOCAL_POSITION_NED and ATTITUDE_QUATERNION) out; ``target_body_rates`` (TwistStamped: angular = body rates
-FLU [rad/s], linear.z = collective thrust [N] of a vehicle of ``mass``, scaled to PX4's normalised thrust
-through the hover throttle), ``target_velocity`` (TwistStamped: linear = ENU velocity [m/s], angular.z = yaw
-rate) and ``target_pose`` (PoseStamped: ENU position in the vehicle's local frame + heading) in. The latched
-``safety/estop`` force-disarms the vehicle; ``/diagnostics`` reports link, armed state, PX4 mode, landed
-state and streaming. The link, frames and handshake are :mod:`robot_rl.hardware.px4_link` (pure core); this
-node only converts messages. A refused command (NaN, out of range) is logged with its reason and never
-sent: the vehicle keeps the last good setpoint until the stream times out, then PX4's own failsafe holds.
+Same topics as launch/quadrotor_sim.launch.yaml, so a policy trained in simulation runs unchanged: ``odom/pose``
++ ``odom/twist`` (:mod:`robot_rl.ros.odometry`, ENU world / FLU body, from PX4's LOCAL_POSITION_NED and
+ATTITUDE_QUATERNION) out; ``target_body_rates`` (TwistStamped: angular = body rates FLU [rad/s], linear.z =
+collective thrust [N] of a vehicle of ``mass``, scaled to PX4's normalised thrust through the hover throttle),
+``target_velocity`` (TwistStamped: linear = ENU velocity [m/s], angular.z = yaw rate) and ``target_pose``
+(PoseStamped: ENU position in the vehicle's local frame + heading) in. While the latched ``intervention`` flag
+is true the human commands instead (``teleop/target_pose``, ``teleop/cmd_vel``: the teleop node's quad_position
+/ quad_velocity modes) and the policy's commands are dropped (:mod:`robot_rl.ros.intervention`). The latched
+``safety/estop`` force-disarms the vehicle; ``/diagnostics`` reports link, armed state, PX4 mode, landed state
+and streaming. The link, frames and handshake are :mod:`robot_rl.hardware.px4_link` (pure core); this node only
+converts messages. A refused command (NaN, out of range) is logged with its reason and never sent: the vehicle
+keeps the last good setpoint until the stream times out, then PX4's own failsafe holds.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from robot_rl.hardware.px4_codec import (
 from robot_rl.hardware.px4_link import LANDED_STATES, OffboardSession, Px4Link, SessionConfig
 from robot_rl.robots import cf2x
 from robot_rl.ros.conversions import pose_from_msg
+from robot_rl.ros.intervention import InterventionGate
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
 from robot_rl.ros.params import declare_config
@@ -118,6 +121,9 @@ class Px4BridgeNode(Node):
         self.create_subscription(TwistStamped, "target_velocity", self._on_velocity, 10)
         self.create_subscription(PoseStamped, "target_pose", self._on_pose, 10)
         self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
+        self.gate = InterventionGate(self)
+        self.create_subscription(PoseStamped, "teleop/target_pose", lambda m: self._on_pose(m, "human"), 10)
+        self.create_subscription(TwistStamped, "teleop/cmd_vel", lambda m: self._on_velocity(m, "human"), 10)
         self._summary: tuple[object, ...] = ()
         self._next_diag = 0.0
         self._hover_warned = False
@@ -152,7 +158,9 @@ class Px4BridgeNode(Node):
             self.get_logger().warn(f"hover_thrust {hover:.3f} differs from the vehicle's MPC_THR_HOVER {vehicle:.3f}")
         return ThrustMap(hover, self.config.mass)
 
-    def _submit(self, topic: str, make: Callable[[], Setpoint]) -> None:
+    def _submit(self, topic: str, make: Callable[[], Setpoint], source: str = "policy") -> None:
+        if not self.gate.admits(source):
+            return
         try:
             setpoint = make()
         except (SetpointRefused, ValueError) as exc:
@@ -167,17 +175,17 @@ class Px4BridgeNode(Node):
         self._submit("target_body_rates", lambda: rates_setpoint(np.array([w.x, w.y, w.z]), msg.twist.linear.z,
                                                                  self.thrust_map(), self.limits))
 
-    def _on_velocity(self, msg: TwistStamped) -> None:
+    def _on_velocity(self, msg: TwistStamped, source: str = "policy") -> None:
         def make() -> Setpoint:
             lin = msg.twist.linear
             return velocity_setpoint(np.array([lin.x, lin.y, lin.z]), msg.twist.angular.z, self.limits)
-        self._submit("target_velocity", make)
+        self._submit("teleop/cmd_vel" if source == "human" else "target_velocity", make, source)
 
-    def _on_pose(self, msg: PoseStamped) -> None:
+    def _on_pose(self, msg: PoseStamped, source: str = "policy") -> None:
         def make() -> Setpoint:
             position, quat = pose_from_msg(msg)
             return position_setpoint(position, quat_yaw(quat), self.limits)
-        self._submit("target_pose", make)
+        self._submit("teleop/target_pose" if source == "human" else "target_pose", make, source)
 
     def _on_estop(self, msg: Bool) -> None:
         with self._lock:
@@ -237,6 +245,8 @@ class Px4BridgeNode(Node):
                     KeyValue(key="estop", value=str(s.estop).lower()),
                     KeyValue(key="setpoints_sent", value=str(s.sent)),
                     KeyValue(key="refused_commands", value=str(self.refused)),
+                    KeyValue(key="intervention", value=str(self.gate.human).lower()),
+                    KeyValue(key="dropped_policy_commands", value=str(self.gate.dropped["policy"])),
                     KeyValue(key="hover_thrust", value=f"{hover:.4f}"),
                     KeyValue(key="statustext", value=st.statustext[-1] if st.statustext else "")]))
         self.pub_diag.publish(array)
