@@ -235,7 +235,7 @@ class Probe:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from geometry_msgs.msg import PoseStamped, TwistStamped
-        from std_msgs.msg import String
+        from std_msgs.msg import Bool, String
         from std_srvs.srv import Trigger
 
         from robot_rl.ros.qos import LATCHED
@@ -258,6 +258,9 @@ class Probe:
         n.create_subscription(TwistStamped, "/target_body_rates", lambda m: self.commands.append(time.monotonic()), 50)
         self.pub_pose = n.create_publisher(PoseStamped, "/target_pose", 10)
         self.pub_rates = n.create_publisher(TwistStamped, "/target_body_rates", 10)
+        self.pub_human = n.create_publisher(PoseStamped, "/teleop/target_pose", 10)
+        self.pub_intervention = n.create_publisher(Bool, "/intervention", LATCHED)
+        self.Bool = Bool
         self.estop_client: Any = n.create_client(Trigger, "/safety/estop")
         self.PoseStamped, self.TwistStamped, self.Trigger = PoseStamped, TwistStamped, Trigger
 
@@ -295,12 +298,12 @@ class Probe:
                 return True
         return until is None
 
-    def send_pose(self, xyz: tuple[float, float, float], yaw: float = 0.0) -> None:
+    def send_pose(self, xyz: tuple[float, float, float], yaw: float = 0.0, human: bool = False) -> None:
         msg = self.PoseStamped()
         msg.header.frame_id = "world"
         msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in xyz)
         msg.pose.orientation.w, msg.pose.orientation.z = math.cos(yaw / 2), math.sin(yaw / 2)
-        self.pub_pose.publish(msg)
+        (self.pub_human if human else self.pub_pose).publish(msg)
 
     def send_rates(self, thrust: float, rates: tuple[float, float, float]) -> None:
         msg = self.TwistStamped()
@@ -367,6 +370,23 @@ class TestGraph:
         assert np.linalg.norm(probe.position - [0.0, 0.0, 0.6]) < 0.08, probe.position
         probe.fly_to((0.3, -0.2, 0.8), 1.8)
         assert np.linalg.norm(probe.position - [0.3, -0.2, 0.8]) < 0.08, probe.position
+
+    def test_the_human_takes_over_and_the_policy_is_dropped_until_release(self, graph: dict[str, Any]) -> None:
+        probe: Probe = graph["probe"]
+        policy, human = (0.3, -0.2, 0.8), (-0.1, 0.2, 0.8)
+
+        def both() -> None:  # the policy keeps streaming its setpoint while the human flies elsewhere
+            probe.send_pose(policy)
+            probe.send_pose(human, human=True)
+        probe.pub_intervention.publish(probe.Bool(data=True))
+        assert probe.spin(2, tick=both, until=lambda: probe.diag.get("intervention") == "True")
+        probe.spin(2.0, tick=both)
+        assert np.linalg.norm(probe.position - human) < 0.08, probe.position
+        assert int(probe.diag["dropped_policy_commands"]) > 20 and probe.mode == "flying"
+        probe.pub_intervention.publish(probe.Bool(data=False))
+        probe.spin(2.0, tick=both)
+        assert np.linalg.norm(probe.position - policy) < 0.08, probe.position
+        assert probe.diag.get("intervention") == "False"
 
     def test_body_rates_and_thrust_are_tracked(self, graph: dict[str, Any]) -> None:
         probe: Probe = graph["probe"]

@@ -11,7 +11,9 @@ It looks to a policy exactly as ``sim_node`` with ``robot:=cf2x`` does:
   mode change) and ``battery`` (sensor_msgs/BatteryState);
 * takes ``target_body_rates`` (TwistStamped: angular = body rates [rad/s], linear.z = collective thrust [N])
   and ``target_pose`` (PoseStamped: position setpoint + yaw), both in ``base_frame``, and ``safety/estop``
-  (latched Bool: motors off, firmware emergency stop).
+  (latched Bool: motors off, firmware emergency stop);
+* while the latched ``intervention`` flag is true, the human flies instead: ``teleop/target_pose`` (the teleop
+  node's quad_position mode) passes and the policy's commands are dropped (:mod:`robot_rl.ros.intervention`).
 
 Crazyswarm2's command topics are not offered: ``cmd_position`` / ``cmd_full_state`` / ``cmd_hover`` use
 crazyflie_interfaces messages (not standard), and its one standard-message topic, ``cmd_vel_legacy``
@@ -46,6 +48,7 @@ from robot_rl.hardware.crazyflie_link import CrazyflieLink, CrazyflieLinkConfig
 from robot_rl.hardware.crazyflie_protocol import StateSample
 from robot_rl.robots import cf2x
 from robot_rl.ros.conversions import ns_to_stamp, pose_from_msg
+from robot_rl.ros.intervention import InterventionGate
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
 from robot_rl.ros.params import declare_config
@@ -116,6 +119,8 @@ class CrazyflieBridgeNode(Node):
         self.create_subscription(TwistStamped, "target_body_rates", self._on_rates, 10)
         self.create_subscription(PoseStamped, "target_pose", self._on_pose, 10)
         self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
+        self.gate = InterventionGate(self)
+        self.create_subscription(PoseStamped, "teleop/target_pose", lambda m: self._on_pose(m, "human"), 10)
         self.link = CrazyflieLink(cfg.link_config(), self.failsafe, self._on_state, self._on_mode).start()
         self.create_timer(1.0 / cfg.diagnostics_hz, self._publish_diagnostics)
         self.get_logger().info(f"Crazyflie bridge to {cfg.uri}: state every {cfg.state_period_ms} ms, setpoints at "
@@ -124,6 +129,8 @@ class CrazyflieBridgeNode(Node):
 
     # --- commands -----------------------------------------------------------------------------------------------
     def _submit(self, topic: str, command: PositionCommand | RateCommand) -> None:
+        if not self.gate.admits("human" if topic.startswith("teleop/") else "policy"):
+            return
         try:
             self.link.submit(command)
         except TargetRejected as exc:
@@ -133,14 +140,15 @@ class CrazyflieBridgeNode(Node):
         w = msg.twist.angular
         self._submit("target_body_rates", RateCommand(float(msg.twist.linear.z), np.array([w.x, w.y, w.z])))
 
-    def _on_pose(self, msg: PoseStamped) -> None:
+    def _on_pose(self, msg: PoseStamped, source: str = "policy") -> None:
+        topic = "teleop/target_pose" if source == "human" else "target_pose"
         try:
             position, quat = pose_from_msg(msg, self.config.base_frame)
         except SpecError as exc:
             self.failsafe.rejected += 1
-            self._warn(f"rejected target_pose: {exc}")
+            self._warn(f"rejected {topic}: {exc}")
             return
-        self._submit("target_pose", PositionCommand(position, quat_yaw(quat)))
+        self._submit(topic, PositionCommand(position, quat_yaw(quat)))
 
     def _on_estop(self, msg: Bool) -> None:
         self.link.estop(bool(msg.data), "e-stop (safety/estop)")
@@ -190,6 +198,8 @@ class CrazyflieBridgeNode(Node):
                     KeyValue(key="last_link_error", value=link.last_error),
                     KeyValue(key="rejected_targets", value=str(fs.rejected)),
                     KeyValue(key="last_refusal", value=fs.last_refusal),
+                    KeyValue(key="intervention", value=str(self.gate.human)),
+                    KeyValue(key="dropped_policy_commands", value=str(self.gate.dropped["policy"])),
                     KeyValue(key="vbat", value=f"{vbat:.2f}")]))
         self.pub_diag.publish(array)
         if sample is not None and math.isfinite(vbat):
