@@ -60,23 +60,12 @@ LEVELS = {FlightMode.FLYING: DiagnosticStatus.OK, FlightMode.MOTORS_OFF: Diagnos
 
 
 @dataclass(frozen=True)
-class CrazyflieBridgeConfig:
-    """Crazyflie bridge parameters (fail-safe timings come from controllers/cf2x.yaml)."""
+class CrazyflieBridgeConfig(CrazyflieLinkConfig):
+    """Crazyflie bridge parameters: the link's (uri, rates, timeouts) plus the node's own.
 
-    uri: str = "radio://0/80/2M/E7E7E7E7E7"
-    """cflib URI of the vehicle (udp://127.0.0.1:19850 for the emulator)."""
-    state_period_ms: int = 10
-    """State log period [ms] (10 = 100 Hz, the firmware's fastest)."""
-    command_hz: float = 100.0
-    """Setpoint stream rate between commands [Hz]."""
-    link_timeout_s: float = 0.5
-    """No state for this long [s] -> link lost, reconnect."""
-    reconnect_period_s: float = 1.0
-    """Pause between connection attempts [s]."""
-    connect_timeout_s: float = 10.0
-    """Longest wait of one connection attempt [s]."""
-    toc_cache_dir: str = ""
-    """cflib TOC cache folder ("" none)."""
+    The fail-safe's timings come from controllers/cf2x.yaml (``controller_overrides``).
+    """
+
     base_frame: str = "world"
     """Frame of odometry and of accepted target poses."""
     body_frame: str = cf2x.BODY
@@ -89,15 +78,9 @@ class CrazyflieBridgeConfig:
     """Periodic /diagnostics rate [Hz]."""
 
     def __post_init__(self) -> None:
-        self.link_config()  # validates the link fields
+        super().__post_init__()
         if not (self.max_rate > 0 and self.diagnostics_hz > 0):
             raise ValueError("max_rate and diagnostics_hz must be positive")
-
-    def link_config(self) -> CrazyflieLinkConfig:
-        """The link's share of the parameters."""
-        return CrazyflieLinkConfig(uri=self.uri, state_period_ms=self.state_period_ms, command_hz=self.command_hz,
-                                   link_timeout_s=self.link_timeout_s, reconnect_period_s=self.reconnect_period_s,
-                                   connect_timeout_s=self.connect_timeout_s, toc_cache_dir=self.toc_cache_dir)
 
 
 class CrazyflieBridgeNode(Node):
@@ -121,7 +104,7 @@ class CrazyflieBridgeNode(Node):
         self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
         self.gate = InterventionGate(self)
         self.create_subscription(PoseStamped, "teleop/target_pose", lambda m: self._on_pose(m, "human"), 10)
-        self.link = CrazyflieLink(cfg.link_config(), self.failsafe, self._on_state, self._on_mode).start()
+        self.link = CrazyflieLink(cfg, self.failsafe, self._on_state, self._on_mode).start()
         self.create_timer(1.0 / cfg.diagnostics_hz, self._publish_diagnostics)
         self.get_logger().info(f"Crazyflie bridge to {cfg.uri}: state every {cfg.state_period_ms} ms, setpoints at "
                                f"{cfg.command_hz:g} Hz, hover after {self.failsafe.config.watchdog_timeout:g} s "
