@@ -7,6 +7,12 @@ Side by side in one run, on the same cf2x model and controller:
 * ``cflib + UDP + emulator``: the bridge core (:class:`~robot_rl.hardware.crazyflie_link.CrazyflieLink`)
   submits the same step to ``crazyflie_emulator`` running as its own process, and waits for the first state
   log sample past the threshold (wall time): response + transport + the 10 ms log period;
+* ``ROS sim graph``: quadrotor_sim.launch.yaml, a probe node's ``target_body_rates`` -> sim_node ->
+  ``odom/twist`` (wall time, a 50 Hz command stream as a policy's);
+* ``ROS Crazyflie graph``: quadrotor_real.launch.yaml emulate:=true, the same probe: ``target_body_rates`` ->
+  crazyflie_bridge -> cflib + UDP -> crazyflie_emulator -> CRTP log -> crazyflie_bridge -> ``odom/twist``; its
+  difference over the sim graph, and the CPU use of sim_node, bridge and emulator
+  (:mod:`_quad_graph_latency`, shared with ``bridge_latency_px4.py``);
 * ``CRTP echo``: a link-service echo round trip through cflib and UDP (transport alone).
 
 Run: ``python benchmarks/bridge_latency_crazyflie.py [--trials 15]``.
@@ -21,14 +27,19 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
+from _quad_graph_latency import Probe, ros_graph
 
 from robot_rl.control.targets import BodyRateTarget, FlightTarget
 from robot_rl.hardware.crazyflie_failsafe import CrazyflieFailsafe, FailsafeConfig, PositionCommand, RateCommand
 from robot_rl.hardware.crazyflie_link import CrazyflieLink, CrazyflieLinkConfig
 from robot_rl.robots import cf2x
 from robot_rl.sim.live import LiveSim, LiveSimConfig
+
+if TYPE_CHECKING:
+    from robot_rl.ros.launch_processes import LaunchedGraph
 
 HOVER = cf2x.MASS * cf2x.GRAVITY
 STEP = 2.0
@@ -115,16 +126,52 @@ def through_link(trials: int) -> tuple[list[float], list[float], float]:
         emulator.wait(5)
 
 
+def _crazyflie_takeoff(probe: Probe, graph: LaunchedGraph) -> None:
+    """Hold a position setpoint 1 m up until the bridge reports flying, then 2.5 s more (climb and settle)."""
+    from geometry_msgs.msg import PoseStamped
+    from std_msgs.msg import String
+
+    from robot_rl.ros.qos import LATCHED
+
+    mode = [""]
+    probe.node.create_subscription(String, "/controller/mode", lambda msg: mode.__setitem__(0, msg.data), LATCHED)
+    target = probe.node.create_publisher(PoseStamped, "/target_pose", 10)
+
+    def hover() -> None:
+        msg = PoseStamped()
+        msg.header.frame_id = "world"
+        msg.pose.position.z, msg.pose.orientation.w = 1.0, 1.0
+        target.publish(msg)
+    assert probe.spin(10, hover, until=lambda: mode[0] == "flying"), graph.log("crazyflie_bridge")
+    probe.spin(2.5, hover)
+
+
+def ros_graphs(trials: int) -> tuple[list[float], list[float], dict[str, float]]:
+    """The sim graph and the emulated Crazyflie's graph, under the same probe: latencies [s] and CPU [%]."""
+    sim, cpu = ros_graph("quadrotor_sim.launch.yaml", {}, trials, step=STEP, threshold=THRESHOLD, cpu_of=("sim",))
+    real, real_cpu = ros_graph("quadrotor_real.launch.yaml", {"emulate": "true", "emulator_port": str(free_port())},
+                               trials, step=STEP, threshold=THRESHOLD, takeoff=_crazyflie_takeoff,
+                               cpu_of=("crazyflie_bridge", "crazyflie_emulator"))
+    return [ms / 1000 for ms in sim], [ms / 1000 for ms in real], cpu | real_cpu
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=15)
     args = parser.parse_args()
     sim = in_process(args.trials)
     link, echo, connect_s = through_link(args.trials)
+    ros_sim, ros_cf, cpu = ros_graphs(args.trials)
     print(f"yaw-rate step {STEP} rad/s from hover, response = first state with yaw rate > {THRESHOLD} rad/s")
     print(f"  in-process sim (LiveSim, sim time)      {stats(sim)}")
     print(f"  cflib + UDP + emulator (wall time)      {stats(link)}")
     print(f"  difference (transport + pacing + log)   {1000 * (np.median(link) - np.median(sim)):6.1f} ms (medians)")
+    print(f"  ROS sim graph (sim_node, wall time)     {stats(ros_sim)}")
+    print(f"  ROS Crazyflie graph (bridge + emulator) {stats(ros_cf)}")
+    print(f"  ROS difference (bridge + cflib + UDP)   {1000 * (np.median(ros_cf) - np.median(ros_sim)):6.1f} ms "
+          "(medians)")
+    print(f"  CPU (one core = 100%): sim_node {cpu['sim']:.0f}%, crazyflie_bridge {cpu['crazyflie_bridge']:.0f}%, "
+          f"crazyflie_emulator {cpu['crazyflie_emulator']:.0f}%")
     print(f"CRTP echo round trip (cflib + UDP)        {stats(echo)}")
     print(f"connect (TOCs, params, rate mode, first sample): {connect_s * 1000:.0f} ms")
     return 0

@@ -24,16 +24,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from robot_rl.ros.isolation import isolated_ros_env
-
-os.environ.update(isolated_ros_env())
-
+from _quad_graph_latency import Probe, ros_graph
 from pymavlink.dialects.v20 import common as mavlink
 
 from robot_rl.control.targets import BodyRateTarget, FlightTarget
@@ -41,6 +38,9 @@ from robot_rl.hardware import px4_codec as codec
 from robot_rl.hardware.px4_link import Px4Link
 from robot_rl.robots import cf2x
 from robot_rl.sim.live import LiveSim, LiveSimConfig
+
+if TYPE_CHECKING:
+    from robot_rl.ros.launch_processes import LaunchedGraph
 
 STEP = 2.0
 """Yaw-rate step [rad/s]."""
@@ -147,82 +147,27 @@ def raw_mavlink(trials: int) -> tuple[list[float], list[float]]:
         emulator.wait(10)
 
 
-def ros_graph(launch_file: str, arguments: dict[str, str], trials: int, needs_takeoff: bool,
-              cpu_of: tuple[str, ...]) -> tuple[list[float], dict[str, float]]:
-    import rclpy
+def _px4_takeoff(probe: Probe, graph: LaunchedGraph) -> None:
+    """Climb at 0.5 m/s until px4_bridge reports the vehicle armed in OFFBOARD, then 1.5 s more."""
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import TwistStamped
 
-    from robot_rl.ros.launch_processes import launch
-    from robot_rl.ros.launch_yaml import load_launch_file
+    flying = [False]
 
-    got: dict[str, object] = {"w": 0.0, "t": 0.0, "flying": False}
-    with launch(load_launch_file(launch_file, arguments)) as graph:
-        rclpy.init()
-        node = rclpy.create_node("px4_latency_probe")
-        try:
-            def on_twist(msg: TwistStamped) -> None:
-                got["w"], got["t"] = msg.twist.angular.z, time.monotonic()
+    def on_diag(msg: DiagnosticArray) -> None:
+        for s in msg.status:
+            if s.name == "robot_rl/px4/vehicle":
+                values = {kv.key: kv.value for kv in s.values}
+                flying[0] = values["armed"] == "true" and values["mode"] == "OFFBOARD"
+    probe.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+    velocity = probe.node.create_publisher(TwistStamped, "/target_velocity", 10)
 
-            def on_diag(msg: DiagnosticArray) -> None:
-                for s in msg.status:
-                    if s.name == "robot_rl/px4/vehicle":
-                        values = {kv.key: kv.value for kv in s.values}
-                        got["flying"] = values["armed"] == "true" and values["mode"] == "OFFBOARD"
-            node.create_subscription(TwistStamped, "/odom/twist", on_twist, 10)
-            node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
-            rates = node.create_publisher(TwistStamped, "/target_body_rates", 10)
-            velocity = node.create_publisher(TwistStamped, "/target_velocity", 10)
-
-            def spin(seconds: float, publish: Callable[[], None], until: Callable[[], bool] | None = None) -> bool:
-                end, next_pub = time.monotonic() + seconds, 0.0
-                while time.monotonic() < end:
-                    if time.monotonic() >= next_pub:
-                        publish()
-                        next_pub = time.monotonic() + 0.02  # a 50 Hz policy
-                    rclpy.spin_once(node, timeout_sec=0.002)
-                    if until is not None and until():
-                        return True
-                return False
-
-            def send_rates(wz: float) -> None:
-                msg = TwistStamped()
-                msg.twist.angular.z, msg.twist.linear.z = wz, HOVER_N
-                rates.publish(msg)
-
-            def climb() -> None:
-                msg = TwistStamped()
-                msg.twist.linear.z = 0.5
-                velocity.publish(msg)
-            assert spin(30, lambda: None, until=lambda: got["t"] != 0.0), "no odometry"
-            if needs_takeoff:
-                assert spin(10, climb, until=lambda: bool(got["flying"])), graph.log("px4_bridge")
-                spin(1.5, climb)
-            else:
-                spin(2.0, lambda: send_rates(0.0))  # blend the rate target in
-            out = []
-            for _ in range(trials):
-                spin(0.4, lambda: send_rates(0.0))
-                t0 = time.monotonic()
-                send_rates(STEP)
-                if spin(1.0, lambda: send_rates(STEP), until=lambda: float(got["w"]) > THRESHOLD):  # type: ignore[arg-type]
-                    out.append((float(got["t"]) - t0) * 1e3)  # type: ignore[arg-type]
-            pids = [graph._procs[n].proc.pid for n in cpu_of]  # type: ignore[union-attr]
-            before = [_cpu_ticks(p) for p in pids]
-            t_cpu = time.monotonic()
-            spin(3.0, lambda: send_rates(0.0))
-            hz = os.sysconf("SC_CLK_TCK")
-            cpu = {n: 100.0 * (_cpu_ticks(p) - b) / hz / (time.monotonic() - t_cpu)
-                   for n, p, b in zip(cpu_of, pids, before)}
-            return out, cpu
-        finally:
-            node.destroy_node()
-            rclpy.shutdown()
-
-
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+    def climb() -> None:
+        msg = TwistStamped()
+        msg.twist.linear.z = 0.5
+        velocity.publish(msg)
+    assert probe.spin(10, climb, until=lambda: flying[0]), graph.log("px4_bridge")
+    probe.spin(1.5, climb)
 
 
 def main() -> None:
@@ -236,13 +181,14 @@ def main() -> None:
     raw, acks = raw_mavlink(trials)
     print(f"2. raw MAVLink UDP <-> px4_emulator                       {stats(raw)}")
     print(f"   COMMAND_LONG -> COMMAND_ACK round trip                {stats(acks)}")
-    sim, sim_cpu = ros_graph("quadrotor_sim.launch.yaml", {}, trials, False, ("sim",))
+    sim, sim_cpu = ros_graph("quadrotor_sim.launch.yaml", {}, trials, step=STEP, threshold=THRESHOLD,
+                             cpu_of=("sim",))
     print(f"3. ROS sim graph (sim_node)                               {stats(sim)}")
     offboard, vehicle = _free_ports(2)
     px4, cpu = ros_graph("px4_real.launch.yaml", {
         "emulate": "true", "offboard_port": str(offboard), "vehicle_port": str(vehicle), "auto_arm": "true",
-        "connection": f"udpin:127.0.0.1:{offboard}", "prestream_s": "0.3"}, trials, True,
-        ("px4_bridge", "px4_emulator"))
+        "connection": f"udpin:127.0.0.1:{offboard}", "prestream_s": "0.3"}, trials, step=STEP, threshold=THRESHOLD,
+        cpu_of=("px4_bridge", "px4_emulator"), takeoff=_px4_takeoff)
     print(f"4. ROS PX4 graph (bridge + MAVLink UDP + emulator)        {stats(px4)}")
     print(f"   over the sim graph: {np.median(px4) - np.median(sim):+.1f} ms (median)")
     print(f"   CPU (one core = 100%): sim_node {sim_cpu['sim']:.0f}%, px4_bridge {cpu['px4_bridge']:.0f}%, "
