@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.nn import functional as F
 
 from robot_rl.core.config import ConfigError, config_to_dict, load_config
 from robot_rl.core.embodiment import ControlMode
@@ -61,6 +62,9 @@ class PolicySpec:
     control_mode: str = ""
     """How an action is executed (a :class:`~robot_rl.core.ControlMode` value or ``absolute_pose``), so a
     runtime maps it to targets by the rule it was trained under; "" when unknown."""
+    aux_dims: dict[str, int] = field(default_factory=dict)
+    """Privileged labels (e.g. the object's position in simulation) that an auxiliary head predicts from the
+    image features during training: key -> length. Never inputs: the policy acts without them."""
 
     def __post_init__(self) -> None:
         if self.action_dim < 1:
@@ -73,6 +77,13 @@ class PolicySpec:
         for key, shape in self.image_shapes.items():
             if len(shape) != 3 or min(shape) < 1:
                 raise SpecError(f"observation.{key}: image shape must be (H, W, C), got {shape}")
+        overlap = sorted(set(self.aux_dims) & (set(self.state_dims) | set(self.image_shapes)))
+        if overlap:
+            raise SpecError(f"aux_dims: {overlap} are inputs too; a privileged label must not be fed to the policy")
+        if self.aux_dims and not self.image_shapes:
+            raise SpecError("aux_dims: an auxiliary head predicts labels from image features; the policy has no camera")
+        if any(dim < 1 for dim in self.aux_dims.values()):
+            raise SpecError(f"aux_dims: dimensions must be >= 1, got {self.aux_dims}")
         modes = {m.value for m in ControlMode} | {"absolute_pose"}
         if self.control_mode and self.control_mode not in modes:
             raise SpecError(f"control_mode: {self.control_mode!r} is not one of {sorted(modes)}")
@@ -83,6 +94,8 @@ class PolicySpec:
                                "image_shapes": {k: list(v) for k, v in self.image_shapes.items()},
                                "action_dim": self.action_dim}
         out.update({k: v for k, v in (("robot", self.robot), ("control_mode", self.control_mode)) if v})
+        if self.aux_dims:
+            out["aux_dims"] = dict(self.aux_dims)
         return out
 
     @classmethod
@@ -91,7 +104,8 @@ class PolicySpec:
         return cls(state_dims={k: int(v) for k, v in data["state_dims"].items()},
                    image_shapes={k: (int(v[0]), int(v[1]), int(v[2])) for k, v in data["image_shapes"].items()},
                    action_dim=int(data["action_dim"]), robot=str(data.get("robot", "")),
-                   control_mode=str(data.get("control_mode", "")))
+                   control_mode=str(data.get("control_mode", "")),
+                   aux_dims={k: int(v) for k, v in data.get("aux_dims", {}).items()})
 
 
 @dataclass
@@ -118,7 +132,12 @@ class PolicyConfig:
     """Random-shift augmentation in pixels (training only)."""
     state_norm: Literal["minmax", "meanstd"] = "minmax"
     """Normalisation of state features (actions are always min-max scaled to [-1, 1])."""
-
+    aux_keys: list[str] = field(default_factory=list)
+    """Dataset keys an auxiliary head predicts from the current image features (privileged labels such as
+    ``object_pos``; training only, never inputs), so the CNN must find what the action depends on instead of
+    continuing the motion the proprioceptive history shows."""
+    aux_weight: float = 1.0
+    """Weight of the auxiliary loss (MSE of the z-scored labels) added to the action loss."""
     def __post_init__(self) -> None:
         if self.n_obs_steps < 1:
             raise ValueError(f"n_obs_steps: must be >= 1, got {self.n_obs_steps}")
@@ -134,6 +153,12 @@ class PolicyConfig:
             raise ValueError(f"kernel_size: must be odd and positive, got {self.kernel_size}")
         if self.image_feature_dim < 1 or self.crop_pad < 0:
             raise ValueError("image_feature_dim must be >= 1 and crop_pad >= 0")
+        if self.aux_weight < 0 or (self.aux_keys and not self.image_keys):
+            raise ValueError(f"aux_keys need image_keys (labels are predicted from image features) and aux_weight "
+                             f">= 0, got aux_keys {self.aux_keys}, image_keys {self.image_keys}, {self.aux_weight}")
+        if self.state_keys is not None and set(self.aux_keys) & set(self.state_keys):
+            raise ValueError(f"aux_keys {sorted(set(self.aux_keys) & set(self.state_keys))} are also state_keys: "
+                             "a privileged label must not be an input")
 
 
 Batch = Mapping[str, Any]
@@ -155,10 +180,14 @@ class Policy(nn.Module):
         self.config, self.spec = config, spec
         self.state_keys = list(spec.state_dims)
         self.image_keys = list(spec.image_shapes)
-        self.normalizer = Normalizer({"action": spec.action_dim, **spec.state_dims},
-                                     {"action": "minmax", **{k: config.state_norm for k in spec.state_dims}})
+        self.normalizer = Normalizer({"action": spec.action_dim, **spec.state_dims, **spec.aux_dims},
+                                     {"action": "minmax", **{k: config.state_norm for k in spec.state_dims},
+                                      **{k: "meanstd" for k in spec.aux_dims}})
         self.encoder = ObsEncoder(spec.state_dims, spec.image_shapes, config.n_obs_steps, config.image_feature_dim,
                                   config.crop_pad)
+        self.aux_keys = list(spec.aux_dims)
+        self.aux_head = (nn.Linear(config.image_feature_dim * len(self.image_keys), sum(spec.aux_dims.values()))
+                         if spec.aux_dims else None)
         self.net = ConditionalUnet1D(spec.action_dim, self.cond_dim(), self.n_times, tuple(config.unet_channels),
                                      config.kernel_size, time_max_freq=self.time_embedding_freq())
         self.version = 0
@@ -205,7 +234,39 @@ class Policy(nn.Module):
             raise RuntimeError("normaliser not fitted: call set_stats(dataset statistics) before training")
         cond = self.condition(batch["obs"], batch.get("task"))
         actions = self.normalizer.normalize("action", batch["action"].float())
-        return self._loss(actions, cond)
+        loss, metrics = self._loss(actions, cond)
+        if self.aux_head is not None:
+            aux = self.aux_loss(batch["obs"])
+            metrics["aux_loss"] = float(aux.item())
+            loss = loss + self.config.aux_weight * aux
+        return loss, metrics
+
+    def aux_loss(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """MSE of the auxiliary head's z-scored labels at the current step (uses the encoder's last features)."""
+        assert self.aux_head is not None and self.encoder.image_features is not None
+        target = torch.cat([self.normalizer.normalize(k, obs[k][:, -1].float().flatten(1)) for k in self.aux_keys],
+                           dim=-1)
+        return F.mse_loss(self.aux_head(self.encoder.image_features), target)
+
+    @torch.no_grad()
+    def predict_aux(self, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The auxiliary head's labels (raw units) for observation histories, e.g. where the CNN puts the cube."""
+        if self.aux_head is None:
+            raise SpecError("this policy has no auxiliary head (aux_keys)")
+        batch, single = self._check_obs(obs)
+        was_training = self.training
+        self.eval()
+        try:
+            b = len(next(iter(batch.values())))
+            self.condition({k: v.to(self.device) for k, v in batch.items()}, [self.task] * b)
+            assert self.encoder.image_features is not None
+            flat, out, i = self.aux_head(self.encoder.image_features), {}, 0
+            for key, dim in self.spec.aux_dims.items():
+                value = self.normalizer.unnormalize(key, flat[:, i:i + dim]).cpu().numpy()
+                out[key], i = (value[0] if single else value), i + dim
+        finally:
+            self.train(was_training)
+        return out
 
     # ========================================================================= inference
     @torch.no_grad()

@@ -78,15 +78,22 @@ class ObsEncoder(nn.Module):
         self.cnns = nn.ModuleDict({key.replace(".", "__"): TinyCNN(shape[-1], image_feature_dim)
                                    for key, shape in image_shapes.items()})
         self.out_dim = n_obs_steps * (sum(state_dims.values()) + image_feature_dim * len(self.image_keys))
+        self.image_features: torch.Tensor | None = None
+        """The last forward's camera features at the current (last) step, (B, cameras * image_feature_dim): what
+        an auxiliary head reads (:meth:`robot_rl.policies.base.Policy.aux_loss`)."""
 
     def forward(self, states: Mapping[str, torch.Tensor], images: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """states: key -> (B, T, d) normalised; images: key -> (B, T, H, W, C) uint8."""
         parts = [states[k] for k in self.state_keys]
+        current = []
         for key in self.image_keys:
             img = images[key]
             b, t = img.shape[:2]
             x = img.reshape(b * t, *img.shape[2:]).permute(0, 3, 1, 2).float() / 255.0
             if self.training:
                 x = random_shift(x, self.crop_pad)
-            parts.append(self.cnns[key.replace(".", "__")](x).reshape(b, t, -1))
+            features = self.cnns[key.replace(".", "__")](x).reshape(b, t, -1)
+            parts.append(features)
+            current.append(features[:, -1])
+        self.image_features = torch.cat(current, dim=-1) if current else None
         return torch.cat(parts, dim=-1).flatten(1)

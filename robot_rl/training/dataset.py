@@ -26,8 +26,12 @@ class ChunkDataset:
 
     def __init__(self, columns: dict[str, np.ndarray], actions: np.ndarray, episode_ends: np.ndarray,
                  tasks: Sequence[str], image_keys: Sequence[str], n_obs_steps: int, horizon: int,
-                 robot: str = "", control_mode: str = "") -> None:
+                 robot: str = "", control_mode: str = "", aux_keys: Sequence[str] = ()) -> None:
         self.columns, self.actions = columns, actions
+        self.aux_keys = list(aux_keys)  # privileged labels: in the batches, not in the policy's state
+        missing = [k for k in self.aux_keys if k not in columns]
+        if missing:
+            raise DatasetError(f"aux_keys {missing}: not among the loaded columns {sorted(columns)}")
         self.robot, self.control_mode = robot, control_mode  # how the actions were executed: saved in the spec
         self.ends = np.asarray(episode_ends, dtype=np.int64)
         self.starts = np.concatenate([[0], self.ends[:-1]])
@@ -46,13 +50,18 @@ class ChunkDataset:
 
     @classmethod
     def from_store(cls, path: str | Path, state_keys: Sequence[str] | None, image_keys: Sequence[str],
-                   n_obs_steps: int, horizon: int, max_episodes: int | None = None) -> ChunkDataset:
-        """Read the first ``max_episodes`` committed episodes of a store (all when None)."""
+                   n_obs_steps: int, horizon: int, max_episodes: int | None = None,
+                   aux_keys: Sequence[str] = ()) -> ChunkDataset:
+        """Read the first ``max_episodes`` committed episodes of a store (all when None).
+
+        ``aux_keys`` are privileged labels for an auxiliary head, loaded beside the state but never part of it.
+        """
         with EpisodeStore.open(path, mode="r") as store:
             schema = store.schema
             if schema is None or store.num_episodes == 0:
                 raise DatasetError(f"{path}: the store has no episodes")
             keys = list(state_keys) if state_keys is not None else schema.state_keys
+            keys = [k for k in keys if k not in aux_keys] + [k for k in aux_keys if k not in keys]
             for key in [*keys, *image_keys]:
                 if key not in schema.observation:
                     raise DatasetError(f"{path}: no observation key {key!r} (have {sorted(schema.observation)})")
@@ -71,15 +80,17 @@ class ChunkDataset:
             robot = "" if store.info.robot == "unknown" else store.info.robot
             mode = str(store.info.controller.get("control_mode", ""))
             return cls(columns, actions, store.episode_ends[:count], tasks, image_keys, n_obs_steps, horizon,
-                       robot, mode)
+                       robot, mode, aux_keys)
 
     @property
     def spec(self) -> PolicySpec:
         """State sizes, image shapes and action size, for building a policy."""
         return PolicySpec(
-            state_dims={k: int(v.shape[1]) for k, v in self.columns.items() if k not in self.image_keys},
+            state_dims={k: int(v.shape[1]) for k, v in self.columns.items()
+                        if k not in self.image_keys and k not in self.aux_keys},
             image_shapes={k: tuple(self.columns[k].shape[1:]) for k in self.image_keys},
-            action_dim=int(self.actions.shape[1]), robot=self.robot, control_mode=self.control_mode)
+            action_dim=int(self.actions.shape[1]), robot=self.robot, control_mode=self.control_mode,
+            aux_dims={k: int(self.columns[k].reshape(len(self.actions), -1).shape[1]) for k in self.aux_keys})
 
     @property
     def num_episodes(self) -> int:

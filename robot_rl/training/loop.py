@@ -224,7 +224,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
         if not cfg.dataset:
             raise ConfigError("dataset: no dataset given")
         dataset = ChunkDataset.from_store(cfg.dataset, pcfg.state_keys, pcfg.image_keys, pcfg.n_obs_steps,
-                                          pcfg.horizon, cfg.max_episodes)
+                                          pcfg.horizon, cfg.max_episodes, pcfg.aux_keys)
     policy: Policy = get_policy_class(cfg.policy_type)(pcfg, dataset.spec)
     policy.set_stats(dataset.stats())
     if dataset.tasks:  # the default instruction at inference: the most frequent task text (first on ties)

@@ -1,0 +1,83 @@
+"""The auxiliary head: privileged labels predicted from image features during training, never policy inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from robot_rl.core.spaces import SpecError
+from robot_rl.policies.base import Policy, PolicySpec
+from robot_rl.policies.chunking import ExecutorConfig
+from robot_rl.policies.flow import FlowConfig, FlowPolicy
+from robot_rl.training.dataset import ChunkDataset
+
+SIZE = 24
+
+
+def _scenes(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Images with a red square at a random place; the label is the square's centre in [-1, 1]^2."""
+    centre = rng.uniform(-0.7, 0.7, (n, 2)).astype(np.float32)
+    images = np.zeros((n, SIZE, SIZE, 3), np.uint8)
+    images[..., 2] = 60  # a blue-ish table
+    pix = ((centre + 1) / 2 * (SIZE - 1)).round().astype(int)
+    for i, (x, y) in enumerate(pix):
+        images[i, max(y - 2, 0):y + 3, max(x - 2, 0):x + 3] = (230, 30, 30)
+    return images, centre
+
+
+def _dataset(n: int, seed: int) -> ChunkDataset:
+    rng = np.random.default_rng(seed)
+    images, centre = _scenes(n, rng)
+    columns = {"joint_pos": rng.normal(size=(n, 3)).astype(np.float32), "front": images, "object_pos": centre}
+    actions = rng.normal(size=(n, 2)).astype(np.float32)
+    return ChunkDataset(columns, actions, np.arange(10, n + 1, 10), [""] * (n // 10), ["front"], n_obs_steps=1,
+                        horizon=4, aux_keys=["object_pos"])
+
+
+def test_the_aux_head_learns_where_the_object_is_and_is_not_an_input(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    data = _dataset(400, seed=0)
+    assert data.spec.aux_dims == {"object_pos": 2} and "object_pos" not in data.spec.state_dims
+    config = FlowConfig(n_obs_steps=1, horizon=4, unet_channels=(16, 32), image_keys=["front"], crop_pad=0,
+                        image_feature_dim=16, aux_keys=["object_pos"], aux_weight=1.0,
+                        executor=ExecutorConfig(n_action_steps=4))
+    policy = FlowPolicy(config, data.spec)
+    policy.set_stats(data.stats())
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-3)
+    rng = np.random.default_rng(0)
+    policy.train()
+    for _ in range(250):
+        loss, metrics = policy.compute_loss(data.sample(64, rng))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert "aux_loss" in metrics
+    images, centre = _scenes(64, np.random.default_rng(1))  # unseen scenes
+    obs = {"joint_pos": np.zeros((64, 1, 3), np.float32), "front": images[:, None]}
+    error = np.abs(policy.predict_aux(obs)["object_pos"] - centre).mean()
+    baseline = np.abs(centre - centre.mean(axis=0)).mean()  # knowing nothing but the average position
+    print(f"aux head error {error:.3f} vs baseline {baseline:.3f}")
+    assert error < 0.1 < 0.3 < baseline, (error, baseline)  # within ~1 pixel of the 24-pixel image
+
+    chunk = policy.predict_chunk({"joint_pos": np.zeros((1, 3), np.float32), "front": images[:1]})
+    assert chunk.shape == (4, 2)  # acts without the label: object_pos is not an observation it needs
+    loaded = Policy.load(policy.save(tmp_path / "aux"))
+    assert loaded.spec.aux_dims == {"object_pos": 2}
+    np.testing.assert_allclose(loaded.predict_aux(obs)["object_pos"], policy.predict_aux(obs)["object_pos"], atol=1e-5)
+
+
+def test_a_privileged_label_cannot_be_an_input() -> None:
+    with pytest.raises(ValueError, match="must not be an input"):
+        FlowConfig(image_keys=["front"], state_keys=["joint_pos", "object_pos"], aux_keys=["object_pos"])
+    with pytest.raises(ValueError, match="need image_keys"):
+        FlowConfig(aux_keys=["object_pos"])
+    with pytest.raises(SpecError, match="must not be fed"):
+        PolicySpec({"object_pos": 3}, {"front": (8, 8, 3)}, 2, aux_dims={"object_pos": 3})
+    with pytest.raises(SpecError, match="no camera"):
+        PolicySpec({"joint_pos": 3}, {}, 2, aux_dims={"object_pos": 3})
+    with pytest.raises(SpecError, match="no auxiliary head"):
+        FlowPolicy(FlowConfig(unet_channels=(16, 32)), PolicySpec({"joint_pos": 3}, {}, 2)).predict_aux({})
