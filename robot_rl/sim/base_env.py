@@ -28,6 +28,7 @@ import numpy as np
 
 from robot_rl.core import ActionSpec, Embodiment, FieldSpec, ObservationSpec, SpecError
 from robot_rl.sim.actuation import ActuatorPipeline
+from robot_rl.sim.appearance import AppearanceRandomizer
 from robot_rl.sim.backend import MujocoBackend, SubstepLoop
 from robot_rl.sim.config import Randomization, SimConfig, make_config
 from robot_rl.sim.randomize import ModelRandomizer
@@ -116,6 +117,7 @@ class RobotEnv(gym.Env):
         self._setup()
         self.actuators = self._controlled_actuators()
         self.randomizer = ModelRandomizer(self.model, self.actuators)
+        self.appearance = AppearanceRandomizer(self.model, getattr(self, "obj_body", None))
         self.dynamics: Randomization = (
             stand_in(self.ROBOT, self.config.stand_in) if self.config.stand_in else self.config.randomization)
         self.randomizer.check(self.dynamics)  # at construction, not at the first reset
@@ -219,6 +221,7 @@ class RobotEnv(gym.Env):
         super().reset(seed=seed)
         rng = self.np_random
         self.sampled_dynamics = self.randomizer.apply(self.dynamics, rng)
+        self.sampled_dynamics.update(self.appearance.apply(self.dynamics, rng))
         qpos, qvel = self._reset_task(rng, options or {})
         override = (options or {}).get("state")
         if override is not None:
@@ -339,7 +342,7 @@ class RobotEnv(gym.Env):
         mujoco.mj_forward(self.model, self.data)
 
     _SHARED_ATTRS: ClassVar[frozenset[str]] = frozenset({
-        "model", "data", "backend", "randomizer", "config", "dynamics", "embodiment", "observation_spec",
+        "model", "data", "backend", "randomizer", "appearance", "config", "dynamics", "embodiment", "observation_spec",
         "action_spec", "observation_space", "action_space", "delta_action", "metadata", "spec", "render_mode"})
 
     def snapshot(self) -> tuple[np.ndarray, dict[str, Any]]:

@@ -57,6 +57,16 @@ class Randomization:
     """Gaussian noise on actuator commands, as a fraction of each actuator's control range."""
     observation_noise_std: float = 0.0
     """Gaussian noise added to proprioceptive observations (same units as the field)."""
+    object_rgb_jitter: float = 0.0
+    """Look (robot_rl.sim.appearance): the manipulated object's RGB shifted by up to +- this (0..1) per episode."""
+    scene_rgb_jitter: float = 0.0
+    """Look: the static scene's (floor, table) RGB shifted by up to +- this (0..1) per episode."""
+    light_scale: tuple[float, float] = (1.0, 1.0)
+    """Look: scale of every light's (and the headlight's) diffuse intensity."""
+    camera_pos_jitter_m: float = 0.0
+    """Look: each camera moved by up to +- this along each axis of its mount [m]."""
+    camera_angle_jitter_deg: float = 0.0
+    """Look: each camera turned by up to this angle about a random axis [deg]."""
 
     def __post_init__(self) -> None:
         for name in ("mass_scale", "friction_scale", "damping_scale", "actuator_gain_scale"):
@@ -75,6 +85,14 @@ class Randomization:
             std = float(getattr(self, name))
             if not (np.isfinite(std) and std >= 0):
                 raise ConfigError(f"randomization.{name}: must be finite and >= 0, got {std}")
+        light = tuple(float(v) for v in self.light_scale)
+        object.__setattr__(self, "light_scale", light)
+        _check_range("randomization.light_scale", light, 0.0)
+        for look, top in (("object_rgb_jitter", 1.0), ("scene_rgb_jitter", 1.0), ("camera_pos_jitter_m", 0.5),
+                          ("camera_angle_jitter_deg", 45.0)):
+            amount = float(getattr(self, look))
+            if not (np.isfinite(amount) and 0 <= amount <= top):
+                raise ConfigError(f"randomization.{look}: must be in [0, {top}], got {amount}")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,49 @@
+"""Offline diagnosis of pixel policies on held-out demonstrations: first-action error by step from the start.
+
+The copycat shortcut shows as a large error at the episode start (only the cameras know where the cube is)
+and a small one later (the proprioceptive history carries the answer); see robot_rl/training/diagnose.py.
+Also, for policies with an auxiliary head, how far its cube estimate is from the truth at the start.
+
+    python benchmarks/pixel_diagnosis.py DATASET POLICY [POLICY ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import torch
+
+from robot_rl.policies.base import Policy
+from robot_rl.training.dataset import ChunkDataset
+from robot_rl.training.diagnose import first_action_error
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", help="held-out demonstrations (episode store with the policy's cameras)")
+    parser.add_argument("policies", nargs="+", help="policy checkpoint folders")
+    parser.add_argument("--steps", default="0,5,10,20", help="offsets from the episode start")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    steps = [int(s) for s in args.steps.split(",")]
+    for path in args.policies:
+        policy = Policy.load(path).eval()
+        data = ChunkDataset.from_store(args.dataset, policy.state_keys, policy.image_keys, policy.config.n_obs_steps,
+                                       policy.config.horizon, aux_keys=["object_pos"])
+        print(f"{path} ({policy.name}, {policy.config.n_obs_steps} obs steps, aux {policy.aux_keys or 'none'})")
+        for row in first_action_error(policy, data, steps):
+            print("  " + row.summary())
+        if policy.aux_keys:
+            batch = data.batch(data.starts)
+            obs = {k: batch["obs"][k].numpy() for k in (*policy.state_keys, *policy.image_keys)}
+            guess = policy.predict_aux(obs)["object_pos"]
+            truth = batch["obs"]["object_pos"][:, -1].numpy()
+            error_cm = np.linalg.norm(guess - truth, axis=1).mean() * 100
+            print(f"  aux head at the start: cube position error {error_cm:.1f} cm")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
