@@ -59,7 +59,7 @@ def test_batch_rollout_equals_mj_step_loop_and_uses_per_model_dynamics() -> None
 def test_check_env_every_registered_id() -> None:
     from robot_rl.sim import ENV_IDS
 
-    assert len(ENV_IDS) == 14
+    assert len(ENV_IDS) == 16
     for env_id in ENV_IDS:
         env = gym.make(env_id).unwrapped
         obs, _ = env.reset()  # unseeded, as check_env's first reset: name the key that leaves the space

@@ -40,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--episodes", type=int, default=10, help="episodes to record (default: %(default)s)")
     rec.add_argument("--max-steps", type=int, default=None, help="cut episodes after this many steps")
     rec.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
-    rec.add_argument("--task", default=None, help="task text stored with the episodes")
+    rec.add_argument("--task", default=None,
+                     help="task text stored with the episodes (default: each episode's instruction when the env "
+                          "gives one, e.g. robot_rl/ArmMultiTask-v0, else the env id)")
     rec.add_argument("--fps", type=float, default=None, help="control rate (default: from the env)")
     rec.add_argument("--robot", default=None, help="robot name for the metadata (default: from the env)")
     rec.add_argument("--cameras", default=None,

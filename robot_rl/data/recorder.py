@@ -2,6 +2,8 @@
 
 The recorder needs no ROS: it drives the runtime's episode loop (:func:`robot_rl.runtime.episode.run_episode`,
 whose success definition it shares) and appends each labelled step to an :class:`EpisodeStore`.
+Each episode is stored with ``task`` or, when that is None and the env has one, the env's instruction of
+that episode (:func:`env_instruction`: a multi-task env draws a task per episode), else the store's task.
 Observations may be a dict of arrays (kept as fields; float64 is stored as float32, scalars as shape
 (1,)) or a single array (stored as field ``state``). An episode that
 raises mid-way (NaN from the sim, a bad action shape, an operator abort) is discarded from disk, the
@@ -82,6 +84,12 @@ def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_st
     return report
 
 
+def env_instruction(env: Any) -> str | None:
+    """The episode's instruction of a language-conditioned env (``env.unwrapped.instruction``), else None."""
+    instruction = getattr(getattr(env, "unwrapped", env), "instruction", None)
+    return instruction if isinstance(instruction, str) and instruction else None
+
+
 def _record_one(env: gym.Env, expert: Any, store: EpisodeStore, seed: int, max_steps: int | None,
                 task: str | None, fps: float) -> tuple[int, bool | None, bool]:
     """One take; returns (steps, success, discarded-for-rerecord)."""
@@ -108,5 +116,8 @@ def _record_one(env: gym.Env, expert: Any, store: EpisodeStore, seed: int, max_s
     if result.aborted:
         writer.discard()
         return result.length, None, True
+    instruction = env_instruction(env) if task is None else None
+    if instruction:  # known only after the reset: a multi-task env draws it per episode
+        writer.task = instruction
     writer.commit(success=result.success)
     return result.length, result.success, False

@@ -17,6 +17,12 @@ CUBE_HALF = 0.025
 CUBE_MASS = 0.1
 OBJECT_BODY = "object"
 OBJECT_JOINT = "object_joint"
+OBJECT_RGBA = (0.85, 0.15, 0.1, 1.0)
+"""The cube's colour: red (the multi-task scene names its cubes by colour)."""
+SECOND_OBJECT_BODY = "object_blue"
+SECOND_OBJECT_JOINT = "object_blue_joint"
+SECOND_OBJECT_RGBA = (0.1, 0.25, 0.85, 1.0)
+"""The second cube's colour: blue, far from the first one's red in every channel a camera sees."""
 GOAL_BODY = "goal"
 FLOOR_GEOM = "floor"
 
@@ -46,18 +52,29 @@ def _goal_marker(spec: mujoco.MjSpec, radius: float, rgba: Sequence[float] = (0.
                   group=2)
 
 
-def arm_scene(with_object: bool) -> mujoco.MjSpec:
-    """Panda on a table top (the plane z = 0), a goal marker and optionally a free 5 cm cube."""
+def _cube(spec: mujoco.MjSpec, body_name: str, joint_name: str, rgba: Sequence[float], y: float) -> None:
+    """A free 5 cm cube resting on the table at (0.5, y)."""
+    body = spec.worldbody.add_body(name=body_name, pos=[0.5, y, CUBE_HALF])
+    body.add_freejoint(name=joint_name)
+    body.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF] * 3, mass=CUBE_MASS,
+                  rgba=list(rgba), friction=[1.0, 0.01, 0.0005], condim=4)
+
+
+def arm_scene(with_object: bool, second_object: bool = False) -> mujoco.MjSpec:
+    """Panda on a table top (the plane z = 0), a goal marker and optionally a free red 5 cm cube.
+
+    ``second_object`` adds a blue cube after the red one (so the red cube's qpos slice is the same as in the
+    one-cube scene): the multi-task env's pair of tasks that only the instruction tells apart.
+    """
     spec = panda.build_spec()
     spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
     spec.option.impratio = 10.0
     _floor(spec, rgba=(0.62, 0.5, 0.38, 1.0))
     _goal_marker(spec, 0.02)
-    if with_object:
-        body = spec.worldbody.add_body(name=OBJECT_BODY, pos=[0.5, 0.0, CUBE_HALF])
-        body.add_freejoint(name=OBJECT_JOINT)
-        body.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF] * 3, mass=CUBE_MASS,
-                      rgba=[0.85, 0.15, 0.1, 1.0], friction=[1.0, 0.01, 0.0005], condim=4)
+    if with_object or second_object:
+        _cube(spec, OBJECT_BODY, OBJECT_JOINT, OBJECT_RGBA, 0.0)
+    if second_object:
+        _cube(spec, SECOND_OBJECT_BODY, SECOND_OBJECT_JOINT, SECOND_OBJECT_RGBA, 0.1)
     _look_at(spec, "front", pos=[1.35, 0.0, 0.75], target=[0.45, 0.0, 0.05])
     _look_at(spec, "side", pos=[0.5, -1.0, 0.6], target=[0.5, 0.0, 0.05])
     hand = spec.body(panda.HAND_BODY)

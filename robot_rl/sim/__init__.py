@@ -13,6 +13,7 @@ ENVS: dict[str, tuple[str, int]] = {
     "ArmReach": ("robot_rl.sim.envs.arm_reach:ArmReachEnv", 40),
     "ArmPush": ("robot_rl.sim.envs.arm_push:ArmPushEnv", 100),
     "ArmPickLift": ("robot_rl.sim.envs.arm_pick_lift:ArmPickLiftEnv", 80),
+    "ArmMultiTask": ("robot_rl.sim.envs.arm_multitask:ArmMultiTaskEnv", 100),
     "HumanoidStand": ("robot_rl.sim.envs.humanoid_stand:HumanoidStandEnv", 150),
     "HumanoidWalk": ("robot_rl.sim.envs.humanoid_walk:HumanoidWalkEnv", 500),
     "QuadHover": ("robot_rl.sim.envs.quad_hover:QuadHoverEnv", 250),

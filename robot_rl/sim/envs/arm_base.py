@@ -57,6 +57,22 @@ KP = (600.0, 600.0, 600.0, 600.0, 250.0, 150.0, 50.0)
 KD = (50.0, 50.0, 50.0, 40.0, 15.0, 12.0, 5.0)
 """Joint PD damping [Nm s/rad]."""
 CONTROLLERS = ("joint_pd", "cartesian_impedance")
+CUBE_X_RANGE = (0.42, 0.62)
+"""Where cubes start on the table, along x [m] (in front of the robot)."""
+CUBE_Y_RANGE = (-0.15, 0.15)
+"""Where cubes start on the table, along y [m]."""
+CUBE_YAW_RANGE = (-np.pi / 4, np.pi / 4)
+"""Starting yaw of a cube [rad]: +-45 degrees already holds every look of a cube (square every 90)."""
+
+
+def sample_cube_pose(rng: np.random.Generator) -> np.ndarray:
+    """A cube's free-joint qpos (x y z, qw qx qy qz) resting on the table at a random position and yaw.
+
+    One function for every arm task (and both cubes of the multi-task scene), so they share one start range.
+    """
+    xy = np.array([rng.uniform(*CUBE_X_RANGE), rng.uniform(*CUBE_Y_RANGE)])
+    yaw = rng.uniform(*CUBE_YAW_RANGE)
+    return np.r_[xy, scenes.CUBE_HALF, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
 
 
 class ArmEnv(RobotEnv):
@@ -65,13 +81,15 @@ class ArmEnv(RobotEnv):
     ROBOT = "panda"
     RENDER_CAMERA = "front"
     WITH_OBJECT: ClassVar[bool] = False
+    SECOND_OBJECT: ClassVar[bool] = False
+    """A blue cube besides the red one (the multi-task scene); the red one stays ``object`` (``obj_qpos``)."""
     _SHARED_ATTRS: ClassVar[frozenset[str]] = RobotEnv._SHARED_ATTRS | {"ik"}
     """The IK solver is stateless (a scratch MjData): snapshots share it."""
     DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 10.0}
 
     def _build_model(self) -> mujoco.MjModel:
         self.embodiment = panda.EMBODIMENT
-        return scenes.arm_scene(self.WITH_OBJECT).compile()
+        return scenes.arm_scene(self.WITH_OBJECT, self.SECOND_OBJECT).compile()
 
     def _setup(self) -> None:
         m = self.model
@@ -254,8 +272,5 @@ class ArmEnv(RobotEnv):
 
     def _place_object(self, qpos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Cube on the table at a random position and yaw in front of the robot."""
-        xy = np.array([rng.uniform(0.42, 0.62), rng.uniform(-0.15, 0.15)])
-        yaw = rng.uniform(-np.pi / 4, np.pi / 4)
-        qpos[self.obj_qpos] = np.r_[xy, scenes.CUBE_HALF, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
-        return xy
-
+        qpos[self.obj_qpos] = sample_cube_pose(rng)
+        return qpos[self.obj_qpos][:2].copy()

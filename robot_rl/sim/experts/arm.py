@@ -15,6 +15,8 @@ import numpy as np
 from robot_rl.control.rotations import quat_to_mat, quat_yaw
 from robot_rl.robots import scenes
 from robot_rl.sim.envs.arm_base import MAX_ANG_SPEED, MAX_LIN_SPEED
+from robot_rl.sim.envs.arm_multitask import LIFT, PUSH, REACH, TASK_ID_KEY, TASKS
+from robot_rl.sim.envs.arm_pick_lift import LIFT_HEIGHT
 
 OPEN, CLOSED = 1.0, -1.0
 
@@ -141,8 +143,34 @@ class PushExpert(_ArmExpert):
         return self._action(np.r_[start - tcp[:2], 0.09 - tcp[2]], 0.0, CLOSED)
 
 
+class MultiTaskExpert:
+    """ArmMultiTask: the reach, push or pick-and-lift expert of the episode's task (``task_id``), on its target.
+
+    The env's ``object_pos`` already names the target cube; lifting aims straight up at the success height
+    (ArmPickLift's goal), since the green ball is the reach and push goal, not where to lift to.
+    """
+
+    def __init__(self, policy_hz: float = 10.0, gain: float = 1.0) -> None:
+        self.experts: dict[str, _ArmExpert] = {REACH: ReachExpert(policy_hz, gain), PUSH: PushExpert(policy_hz, gain),
+                                               LIFT: PickLiftExpert(policy_hz, gain)}
+
+    def reset(self) -> None:
+        """Reset every task's expert (only the pick-and-lift one has state)."""
+        for expert in self.experts.values():
+            expert.reset()
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """One step of the episode's task's expert."""
+        task = TASKS[round(float(obs[TASK_ID_KEY][0]))]
+        if task.kind == LIFT:
+            obj = obs["object_pos"]
+            obs = {**obs, "goal_pos": np.r_[obj[:2], scenes.CUBE_HALF + LIFT_HEIGHT].astype(np.float32)}
+        return self.experts[task.kind].act(obs)
+
+
 def expert_for(env: gym.Env[Any, Any]) -> Any:
     """The scripted expert / reference controller of ``env`` (arm tasks scaled to its policy rate)."""
+    from robot_rl.sim.envs.arm_multitask import ArmMultiTaskEnv
     from robot_rl.sim.envs.arm_pick_lift import ArmPickLiftEnv
     from robot_rl.sim.envs.arm_push import ArmPushEnv
     from robot_rl.sim.envs.arm_reach import ArmReachEnv
@@ -163,7 +191,9 @@ def expert_for(env: gym.Env[Any, Any]) -> Any:
             raise TypeError("the hover expert emits thrust_body_rates actions; make the env with that control_mode")
         return HoverExpert()
     hz = float(base.config.policy_hz)  # type: ignore[attr-defined]
-    for cls, expert in ((ArmPickLiftEnv, PickLiftExpert), (ArmPushEnv, PushExpert), (ArmReachEnv, ReachExpert)):
+    experts = ((ArmMultiTaskEnv, MultiTaskExpert), (ArmPickLiftEnv, PickLiftExpert), (ArmPushEnv, PushExpert),
+               (ArmReachEnv, ReachExpert))
+    for cls, expert in experts:
         if isinstance(base, cls):
             return expert(hz)
     raise TypeError(f"no scripted expert for {type(base).__name__}")
