@@ -116,6 +116,18 @@ class ChunkDataset:
         return {"obs": obs, "action": torch.from_numpy(self.actions[act_idx]),
                 "task": [self.tasks[e] for e in ep]}
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, Any]:
-        """A uniformly random batch of windows."""
-        return self.batch(rng.integers(0, len(self), size=batch_size))
+    def sample(self, batch_size: int, rng: np.random.Generator, start_fraction: float = 0.0,
+               start_steps: int = 10) -> dict[str, Any]:
+        """A random batch of windows: uniform, except ``start_fraction`` of it from episode starts.
+
+        Those windows begin in an episode's first ``start_steps`` frames, where a policy that sees the task only
+        through its cameras must find the object in the images (later, its own motion already says where to
+        go); uniform sampling gives them ``start_steps / episode length`` of the batch.
+        """
+        n_start = round(batch_size * start_fraction)
+        idx = rng.integers(0, len(self), size=batch_size - n_start)
+        if n_start:
+            ep = rng.integers(0, self.num_episodes, size=n_start)
+            span = np.minimum(start_steps, self.ends[ep] - self.starts[ep])
+            idx = np.concatenate([idx, self.starts[ep] + (rng.random(n_start) * span).astype(np.int64)])
+        return self.batch(idx)

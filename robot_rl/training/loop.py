@@ -62,6 +62,13 @@ class TrainConfig:
     """Decay of the exported weight average (0: export the raw weights)."""
     log_every: int = 50
     """TensorBoard scalars every N steps."""
+    start_fraction: float = 0.0
+    """Fraction of each batch drawn from the first ``start_steps`` frames of the episodes (0: uniform windows).
+
+    For camera policies: at an episode's start only the images say where the object is, and those windows are
+    a small share of uniform batches (the "copycat" shortcut, see robot_rl.training.diagnose)."""
+    start_steps: int = 10
+    """Frames from an episode's start that ``start_fraction`` draws from."""
     checkpoint_every: int = 1000
     """Checkpoint every N steps (and always at the end)."""
     seed: int = 0
@@ -83,6 +90,9 @@ class TrainConfig:
             raise ValueError(f"ema_decay: must be in [0, 1), got {self.ema_decay}")
         if self.warmup_steps < 0 or self.grad_clip < 0 or self.weight_decay < 0:
             raise ValueError("warmup_steps, grad_clip and weight_decay must be >= 0")
+        if not 0.0 <= self.start_fraction <= 1.0 or self.start_steps < 1:
+            raise ValueError(f"start_fraction must be in [0, 1] and start_steps >= 1, got {self.start_fraction}, "
+                             f"{self.start_steps}")
         if self.max_episodes is not None and self.max_episodes < 1:
             raise ValueError(f"max_episodes: must be >= 1, got {self.max_episodes}")
         self.policy_config()
@@ -251,7 +261,8 @@ def train(cfg: TrainConfig, out_dir: str | Path, dataset: ChunkDataset | None = 
         for step in bar:
             lr = optimizer.param_groups[0]["lr"]
             policy.train_progress = step / cfg.steps
-            loss, metrics = policy.compute_loss(to_device(dataset.sample(cfg.batch_size, rng), device))
+            batch = dataset.sample(cfg.batch_size, rng, cfg.start_fraction, cfg.start_steps)
+            loss, metrics = policy.compute_loss(to_device(batch, device))
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"step {step}: loss is {loss.item()}; stopping (last checkpoint kept)")
             optimizer.zero_grad(set_to_none=True)
