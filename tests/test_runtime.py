@@ -251,3 +251,40 @@ def test_evaluation_reports_the_task_metric_and_counts_crashes_apart() -> None:
     assert report.failures == [True, True] and report.failure_rate == 1.0
     assert np.isnan(report.metrics).all() and np.isnan(report.metric_mean)
     assert report.to_json()["failure_rate"] == 1.0
+
+
+def test_each_episode_hands_the_envs_instruction_to_the_agent_and_the_runner_predicts_with_it() -> None:
+    """A multi-task env draws its task at reset: the episode loop tells the agent, the runner conditions on it."""
+    env = gym.make("robot_rl/ArmMultiTask-v0")
+    heard: list[str] = []
+    expert = expert_for(env)
+
+    class Listening:
+        def instruct(self, text: str) -> None:
+            heard.append(text)
+
+        def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+            return expert.act(obs)
+
+    said = []
+    for seed in range(6):
+        run_episode(env, Listening(), seed=seed, max_steps=1)
+        said.append(env.unwrapped.instruction)
+    assert heard == said and len(set(said)) > 1  # one per episode, and the tasks differ between seeds
+
+    policy = tiny_policy()
+    runner = PolicyRunner(policy)
+    seen: list[object] = []
+    original = policy.predict_chunk
+
+    def spy(*args: object, **kwargs: object) -> np.ndarray:
+        seen.append(kwargs.get("task"))
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    policy.predict_chunk = spy  # type: ignore[method-assign]
+    runner.reset(seed=0)
+    runner.act({"pos": np.zeros(2, np.float32)})
+    runner.instruct("pick up the blue cube and lift it")
+    runner.reset(seed=0)
+    runner.act({"pos": np.zeros(2, np.float32)})
+    assert seen == [None, "pick up the blue cube and lift it"]

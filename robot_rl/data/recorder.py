@@ -26,7 +26,7 @@ from tqdm import tqdm
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource
 from robot_rl.data.store import EpisodeStore
-from robot_rl.runtime.episode import EpisodeHooks, run_episode
+from robot_rl.runtime.episode import EpisodeHooks, env_instruction, run_episode
 
 
 @dataclass
@@ -82,12 +82,6 @@ def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_st
         bar.close()
     report.seconds = time.perf_counter() - start
     return report
-
-
-def env_instruction(env: Any) -> str | None:
-    """The episode's instruction of a language-conditioned env (``env.unwrapped.instruction``), else None."""
-    instruction = getattr(getattr(env, "unwrapped", env), "instruction", None)
-    return instruction if isinstance(instruction, str) and instruction else None
 
 
 def _record_one(env: gym.Env, expert: Any, store: EpisodeStore, seed: int, max_steps: int | None,

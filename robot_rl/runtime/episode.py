@@ -51,6 +51,24 @@ def act(agent: Any, obs: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.asarray(fn(obs), dtype=np.float32).reshape(-1)
 
 
+def env_instruction(env: Any) -> str | None:
+    """The episode's instruction of a language-conditioned env (``env.unwrapped.instruction``), else None."""
+    instruction = getattr(getattr(env, "unwrapped", env), "instruction", None)
+    return instruction if isinstance(instruction, str) and instruction else None
+
+
+def instruct_agent(agent: Any, env: Any) -> None:
+    """Tell an agent that takes instructions (``agent.instruct(text)``) what this episode's task is.
+
+    A multi-task env draws its task at reset, so the instruction is known only then; agents without
+    ``instruct`` (experts, state policies) are left alone.
+    """
+    instruct = getattr(agent, "instruct", None)
+    text = env_instruction(env)
+    if callable(instruct) and text is not None:
+        instruct(text)
+
+
 def reset_agent(agent: Any, seed: int | None) -> None:
     """Reset an agent for a new episode, passing the seed to agents that take one."""
     reset = getattr(agent, "reset", None)
@@ -125,6 +143,7 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
     dt = dt if dt is not None else _step_seconds(env)
     raw, _ = env.reset(seed=seed)
     reset_agent(agent, seed)
+    instruct_agent(agent, env)
     if human is not None:
         human.reset()
     if base_agent is not None:

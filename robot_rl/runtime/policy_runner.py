@@ -66,6 +66,8 @@ class PolicyRunner:
         self.inference_s = 0.0
         """Time spent predicting chunks [s]."""
         self.generator: torch.Generator | None = None
+        self.instruction: str | None = None
+        """This episode's instruction for a language-conditioned policy (None: the policy's own ``task``)."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._frame_step = 0
@@ -89,6 +91,10 @@ class PolicyRunner:
         self.generator = None if seed is None else torch.Generator().manual_seed(int(seed))
         self._apply_staged()
 
+    def instruct(self, text: str) -> None:
+        """Act on ``text`` as the task instruction from now on (the episode loop calls it after each reset)."""
+        self.instruction = text
+
     def frame(self, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The keys this policy reads from one observation, checked for presence."""
         missing = [k for k in self.keys if k not in obs]
@@ -108,7 +114,8 @@ class PolicyRunner:
     def _predict(self, stacked: Mapping[str, np.ndarray]) -> np.ndarray:
         t0 = time.perf_counter()
         noise = None if self.noise_source is None else self.noise_source(stacked)
-        chunk = self.policy.predict_chunk(stacked, num_steps=self.num_steps, generator=self.generator, noise=noise)
+        chunk = self.policy.predict_chunk(stacked, num_steps=self.num_steps, generator=self.generator, noise=noise,
+                                           task=self.instruction)
         self.inference_s += time.perf_counter() - t0
         self.chunks += 1
         return chunk

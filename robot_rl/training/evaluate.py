@@ -151,6 +151,11 @@ class _Timed:
     def reset(self, seed: int | None = None) -> None:
         reset_agent(self.agent, seed)
 
+    def instruct(self, text: str) -> None:
+        instruct = getattr(self.agent, "instruct", None)
+        if callable(instruct):
+            instruct(text)
+
     def act(self, obs: Any) -> np.ndarray:
         t = time.perf_counter()
         action = act(self.agent, obs)
