@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from std_msgs.msg import Float64MultiArray, Int64
@@ -81,6 +82,10 @@ class PolicyNodeConfig:
     """Sampling steps per chunk; 0 keeps the policy's default."""
     device: str = "auto"
     """Where the network runs: auto (CUDA when present) | cpu | cuda[:index]."""
+    num_threads: int = 1
+    """torch CPU threads for inference; 0 = torch's default (one per core). One is fastest for these small
+    networks on a shared machine: on a loaded 2-core machine two threads made a chunk 6x to 170x slower
+    (benchmarks/pixel_policy_latency.py)."""
     poll_s: float = 1.0
     """How often weights_dir is checked."""
     base_frame: str = "base"
@@ -121,6 +126,8 @@ class PolicyNodeConfig:
             raise ValueError("learner_connect needs learner_secret_file (a copy of the run's learner.key)")
         if self.send_every < 1 or self.poll_s <= 0:
             raise ValueError(f"send_every must be >= 1 and poll_s > 0, got {self.send_every}, {self.poll_s}")
+        if self.num_threads < 0:
+            raise ValueError(f"num_threads must be >= 0 (0: torch's default), got {self.num_threads}")
 
 
 class PolicyNode(Node):
@@ -129,6 +136,8 @@ class PolicyNode(Node):
     def __init__(self) -> None:
         super().__init__("policy")
         cfg = self.config = declare_config(self, PolicyNodeConfig)
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
         policy = Policy.load(cfg.policy_path)
         spec = policy.spec
         robot, mode = cfg.robot or spec.robot, cfg.control_mode or spec.control_mode
