@@ -25,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exec-mode", choices=["ensemble", "blend", "latest"],
                         help="override how chunks are executed (default: as trained)")
     parser.add_argument("--action-steps", type=int, help="override the steps executed per chunk")
-    parser.add_argument("--task", help="task text for language-conditioned policies (default: the env's instruction of each "
-                        "episode, e.g. ArmMultiTask-v0, else the policy's own)")
+    parser.add_argument("--task", help="task text for language-conditioned policies (default: the env's "
+                        "instruction of each episode, e.g. ArmMultiTask-v0, else the policy's own)")
     parser.add_argument("--out", help="folder for eval.json / eval.png (default: the policy folder)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda (default: %(default)s)")
