@@ -39,7 +39,7 @@ constraint=()
 if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   constraint=(-c "$ROOT/requirements/torch-cpu.txt")
 fi
-echo "[setup] installing robot_rl[ros,dev,gpu,fleet,hardware] into $VENV (first run: ~2 min, ~2 GB)"
-"${pip[@]}" install -q "${constraint[@]}" -e "$ROOT[ros,dev,gpu,fleet,hardware]"
+echo "[setup] installing robot_rl[ros,dev,gpu,fleet,hardware,vla] into $VENV (first run: ~2 min, ~2 GB)"
+"${pip[@]}" install -q "${constraint[@]}" -e "$ROOT[ros,dev,gpu,fleet,hardware,vla]"
 echo "$want" > "$STAMP"
 echo "[setup] done: $VENV"

@@ -19,6 +19,7 @@ from robot_rl.data.schema import DatasetError
 from robot_rl.data.stats import compute_stats
 from robot_rl.data.store import EpisodeStore
 from robot_rl.policies.base import PolicySpec
+from robot_rl.training.labels import DERIVED_LABELS
 
 
 class ChunkDataset:
@@ -54,15 +55,18 @@ class ChunkDataset:
                    aux_keys: Sequence[str] = ()) -> ChunkDataset:
         """Read the first ``max_episodes`` committed episodes of a store (all when None).
 
-        ``aux_keys`` are privileged labels for an auxiliary head, loaded beside the state but never part of it.
+        ``aux_keys`` are privileged labels for an auxiliary head, loaded beside the state but never part of it:
+        stored fields, or labels of :data:`robot_rl.training.labels.DERIVED_LABELS` computed from stored fields.
         """
         with EpisodeStore.open(path, mode="r") as store:
             schema = store.schema
             if schema is None or store.num_episodes == 0:
                 raise DatasetError(f"{path}: the store has no episodes")
             keys = list(state_keys) if state_keys is not None else schema.state_keys
-            keys = [k for k in keys if k not in aux_keys] + [k for k in aux_keys if k not in keys]
-            for key in [*keys, *image_keys]:
+            derived = {k: DERIVED_LABELS[k] for k in aux_keys if k not in schema.observation and k in DERIVED_LABELS}
+            keys = [k for k in keys if k not in aux_keys] + [k for k in aux_keys if k not in keys and k not in derived]
+            sources = sorted({s for label in derived.values() for s in label.sources})
+            for key in [*keys, *image_keys, *sources]:
                 if key not in schema.observation:
                     raise DatasetError(f"{path}: no observation key {key!r} (have {sorted(schema.observation)})")
             for key in image_keys:
@@ -75,6 +79,9 @@ class ChunkDataset:
                 columns[key] = np.asarray(store.array(f"observation.{key}")[:stop], dtype=np.float32).reshape(stop, -1)
             for key in image_keys:
                 columns[key] = np.asarray(store.array(f"observation.{key}")[:stop])
+            raw = {key: np.asarray(store.array(f"observation.{key}")[:stop]) for key in sources}
+            for key, label in derived.items():  # computed, not stored; the sources stay out of the state
+                columns[key] = np.asarray(label.compute(raw), dtype=np.float32).reshape(stop, -1)
             actions = np.asarray(store.array("action")[:stop], dtype=np.float32)
             tasks = [store.episode_info(i).task for i in range(count)]
             robot = "" if store.info.robot == "unknown" else store.info.robot
