@@ -81,3 +81,41 @@ def test_a_privileged_label_cannot_be_an_input() -> None:
         PolicySpec({"joint_pos": 3}, {}, 2, aux_dims={"object_pos": 3})
     with pytest.raises(SpecError, match="no auxiliary head"):
         FlowPolicy(FlowConfig(unet_channels=(16, 32)), PolicySpec({"joint_pos": 3}, {}, 2)).predict_aux({})
+
+
+def test_the_cube_yaw_label_is_computed_from_stored_fields_and_reads_aligned_when_the_expert_grasps(
+        tmp_path: Path) -> None:
+    """object_yaw_in_hand: (cos 4d, sin 4d) of cube yaw - hand yaw, from object_quat and tcp_quat as stored."""
+    import gymnasium as gym
+
+    import robot_rl.sim  # noqa: F401
+    from robot_rl.control.rotations import quat_yaw
+    from robot_rl.data.env_info import dataset_info
+    from robot_rl.data.recorder import record
+    from robot_rl.data.store import EpisodeStore
+    from robot_rl.sim.experts import expert_for
+    from robot_rl.training.labels import DERIVED_LABELS
+
+    env = gym.make("robot_rl/ArmPickLift-v0")
+    with EpisodeStore.create(tmp_path / "d.zarr", dataset_info(env, "robot_rl/ArmPickLift-v0")) as store:
+        record(env, expert_for(env), store, episodes=2, seed=7, progress=False)
+    data = ChunkDataset.from_store(tmp_path / "d.zarr", ["joint_pos", "gripper_width"], [], 1, 4,
+                                   aux_keys=["object_pos", "object_yaw_in_hand"])
+    # the label's sources are not loaded: nothing but the state keys and the labels reaches the batches
+    assert set(data.columns) == {"joint_pos", "gripper_width", "object_pos", "object_yaw_in_hand"}
+    assert data.columns["object_yaw_in_hand"].shape == (len(data), 2)
+    label = data.columns["object_yaw_in_hand"]
+    with EpisodeStore.open(tmp_path / "d.zarr", mode="r") as store:
+        cube = np.asarray(store.array("observation.object_quat")[:])
+        hand = np.asarray(store.array("observation.tcp_quat")[:])
+        width = np.asarray(store.array("observation.gripper_width")[:]).reshape(-1)
+    delta = np.array([quat_yaw(c) - quat_yaw(h) for c, h in zip(cube, hand, strict=True)])
+    np.testing.assert_allclose(label, np.stack([np.cos(4 * delta), np.sin(4 * delta)], 1), atol=1e-5)
+    c, s = np.cos(np.pi / 4), np.sin(np.pi / 4)  # the same cube turned by 90 deg about world z looks the same
+    w, x, y, z = cube.T
+    turned = np.stack([c * w - s * z, c * x - s * y, c * y + s * x, c * z + s * w], 1)
+    np.testing.assert_allclose(DERIVED_LABELS["object_yaw_in_hand"].compute({"object_quat": turned, "tcp_quat": hand}),
+                               label, atol=1e-5)
+    closing = np.flatnonzero(np.diff(width) < -1e-3)  # the fingers start closing: the expert has aligned the hand
+    assert closing.size and float(label[closing[0], 0]) > np.cos(4 * 0.1), label[closing[0]]
+    assert float(label[data.starts, 0].min()) < 0.9  # at the starts the cubes are turned (the label varies)
