@@ -45,6 +45,14 @@ def test_record_train_eval_and_lerobot_round_trip(tmp_path: Path, capsys: pytest
     assert report["seeds"] == [5, 6] and len(report["successes"]) == 2
     assert 0.0 <= report["ci95"][0] <= report["success_rate"] <= report["ci95"][1] <= 1.0
     assert (tmp_path / "ev" / "eval.png").stat().st_size > 1000
+    # env settings on the command line reach gym.make (episodes cut at 3 steps); an unknown one is an error
+    assert main(["eval", str(tmp_path / "run" / "policy"), "--episodes", "1", "--no-progress", "--override",
+                 "max_episode_steps=3", "--out", str(tmp_path / "ev3")]) == 0
+    assert json.loads((tmp_path / "ev3" / "eval.json").read_text())["lengths"] == [3]
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run" / "policy"), "--episodes", "1", "--no-progress", "--override",
+                 "no_such_setting=1"]) == 2
+    assert "no_such_setting" in capsys.readouterr().out
     # the same demos in LeRobot v3 layout train too (imported into the run folder first)
     with EpisodeStore.open(store) as s:
         export_lerobot(s, tmp_path / "lerobot", progress=False)

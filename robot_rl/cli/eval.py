@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--action-steps", type=int, help="override the steps executed per chunk")
     parser.add_argument("--task", help="task text for language-conditioned policies (default: the env's "
                         "instruction of each episode, e.g. ArmMultiTask-v0, else the policy's own)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="env (SimConfig) setting, e.g. tasks=[lift_blue] or "
+                        "randomization={object_rgb_jitter: 0.1} (repeatable)")
     parser.add_argument("--out", help="folder for eval.json / eval.png (default: the policy folder)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda (default: %(default)s)")
@@ -44,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     import robot_rl.sim  # noqa: F401  (registers the env ids)
+    from robot_rl.cli.sim import env_overrides
     from robot_rl.core.device import DeviceError, resolve_device
     from robot_rl.policies.base import CheckpointError, Policy
     from robot_rl.training.evaluate import env_options_for, evaluate, save_report
@@ -73,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
         policy.task = args.task
     try:
         options = env_options_for(policy)  # the cameras a camera policy was trained on
-    except ValueError as exc:
+        env = gym.make(args.env, **{**options, **env_overrides(args.override)})
+    except (ValueError, TypeError, gym.error.Error) as exc:
         print(f"robot-rl eval: error: {exc}")
         return 2
-    env = gym.make(args.env, **options)
     try:
         report = evaluate(policy, env, args.env, args.episodes, args.seed, progress=not args.no_progress)
     finally:

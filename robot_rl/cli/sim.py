@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 HELP = "list the simulated environments or roll out their scripted experts"
 
@@ -30,7 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the action; returns the exit code (1 when an episode fails)."""
     import gymnasium as gym
-    import yaml
 
     import robot_rl.sim
     from robot_rl.runtime.episode import run_episode
@@ -43,13 +43,11 @@ def run(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         print("error: --episodes must be >= 1")
         return 2
-    overrides = {}
-    for item in args.override:
-        key, sep, value = item.partition("=")
-        if not sep:
-            print(f"error: --override {item!r}: expected KEY=VALUE")
-            return 2
-        overrides[key.strip()] = yaml.safe_load(value)
+    try:
+        overrides = env_overrides(args.override)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
     if args.stand_in:
         overrides["stand_in"] = "default"
     try:
@@ -71,3 +69,16 @@ def run(args: argparse.Namespace) -> int:
           f"mean return {sum(returns) / len(returns):.2f}, {steps / elapsed:.0f} env steps/s")
     env.close()
     return 0 if wins == args.episodes else 1
+
+
+def env_overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (values in YAML: ``tasks=[lift_blue]``) -> keyword arguments of ``gym.make``."""
+    import yaml
+
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--override {item!r}: expected KEY=VALUE")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
