@@ -119,3 +119,53 @@ def test_the_cube_yaw_label_is_computed_from_stored_fields_and_reads_aligned_whe
     closing = np.flatnonzero(np.diff(width) < -1e-3)  # the fingers start closing: the expert has aligned the hand
     assert closing.size and float(label[closing[0], 0]) > np.cos(4 * 0.1), label[closing[0]]
     assert float(label[data.starts, 0].min()) < 0.9  # at the starts the cubes are turned (the label varies)
+
+
+def _two_squares(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Images with a red and a blue square at random places; their centres in [-1, 1]^2."""
+    red, blue = (rng.uniform(-0.7, 0.7, (n, 2)).astype(np.float32) for _ in range(2))
+    images = np.zeros((n, SIZE, SIZE, 3), np.uint8)
+    images[..., 1] = 60
+    for centres, colour in ((red, (230, 30, 30)), (blue, (30, 30, 230))):
+        pix = ((centres + 1) / 2 * (SIZE - 1)).round().astype(int)
+        for i, (x, y) in enumerate(pix):
+            images[i, max(y - 2, 0):y + 3, max(x - 2, 0):x + 3] = colour
+    return images, red, blue
+
+
+def test_the_vla_aux_head_finds_the_object_its_instruction_names() -> None:
+    """Two objects in every image, the label is the named one's position: the head must read the text too."""
+    from robot_rl.policies.vla import VLAConfig, VLAPolicy
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    n = 600
+    images, red, blue = _two_squares(n, rng)
+    says_red = rng.random(n) < 0.5
+    tasks = ["pick up the red cube" if r else "pick up the blue cube" for r in says_red]
+    target = np.where(says_red[:, None], red, blue)
+    columns = {"joint_pos": rng.normal(size=(n, 3)).astype(np.float32), "front": images, "object_pos": target}
+    data = ChunkDataset(columns, rng.normal(size=(n, 2)).astype(np.float32), np.arange(1, n + 1), tasks, ["front"],
+                        n_obs_steps=1, horizon=4, aux_keys=["object_pos"])
+    config = VLAConfig(n_obs_steps=1, horizon=4, unet_channels=(16, 32), image_keys=["front"], crop_pad=0,
+                       image_feature_dim=16, aux_keys=["object_pos"], text_encoder="hash", text_dim=16,
+                       executor=ExecutorConfig(n_action_steps=4))
+    policy = VLAPolicy(config, data.spec)
+    policy.set_stats(data.stats())
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-3)
+    policy.train()
+    for _ in range(400):
+        loss, _ = policy.compute_loss(data.sample(64, rng))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    images, red, blue = _two_squares(64, np.random.default_rng(1))  # unseen scenes, asked both ways
+    obs = {"joint_pos": np.zeros((64, 1, 3), np.float32), "front": images[:, None]}
+    errors = {}
+    for colour, truth in (("red", red), ("blue", blue)):
+        policy.task = f"pick up the {colour} cube"
+        errors[colour] = float(np.abs(policy.predict_aux(obs)["object_pos"] - truth).mean())
+    wrong = float(np.abs(policy.predict_aux(obs)["object_pos"] - red).mean())  # asked for blue, compared to red
+    print(f"aux head error red {errors['red']:.3f}, blue {errors['blue']:.3f}; blue's answer vs red {wrong:.3f}")
+    assert max(errors.values()) < 0.15 < 0.3 < wrong, (errors, wrong)

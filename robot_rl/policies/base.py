@@ -243,10 +243,15 @@ class Policy(nn.Module):
 
     def aux_loss(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """MSE of the auxiliary head's z-scored labels at the current step (uses the encoder's last features)."""
-        assert self.aux_head is not None and self.encoder.image_features is not None
+        assert self.aux_head is not None
         target = torch.cat([self.normalizer.normalize(k, obs[k][:, -1].float().flatten(1)) for k in self.aux_keys],
                            dim=-1)
-        return F.mse_loss(self.aux_head(self.encoder.image_features), target)
+        return F.mse_loss(self.aux_head(self.aux_inputs()), target)
+
+    def aux_inputs(self) -> torch.Tensor:
+        """What the auxiliary head reads after :meth:`condition`: the current step's image features."""
+        assert self.encoder.image_features is not None
+        return self.encoder.image_features
 
     @torch.no_grad()
     def predict_aux(self, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -259,8 +264,7 @@ class Policy(nn.Module):
         try:
             b = len(next(iter(batch.values())))
             self.condition({k: v.to(self.device) for k, v in batch.items()}, [self.task] * b)
-            assert self.encoder.image_features is not None
-            flat, out, i = self.aux_head(self.encoder.image_features), {}, 0
+            flat, out, i = self.aux_head(self.aux_inputs()), {}, 0
             for key, dim in self.spec.aux_dims.items():
                 value = self.normalizer.unnormalize(key, flat[:, i:i + dim]).cpu().numpy()
                 out[key], i = (value[0] if single else value), i + dim

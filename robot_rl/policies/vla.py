@@ -15,11 +15,15 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
+from torch import nn
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.policies.base import PolicyConfig, PolicySpec
 from robot_rl.policies.flow import FlowConfig, FlowPolicy
 from robot_rl.policies.text import TextEncoder, minilm_available
+
+AUX_HIDDEN = 64
+"""Hidden units of the VLA's auxiliary head."""
 
 
 @dataclass
@@ -55,6 +59,11 @@ class VLAPolicy(FlowPolicy):
             config = dataclasses.replace(config, text_encoder="minilm" if minilm_available() else "hash")
         super().__init__(config, spec)
         self.text = TextEncoder(self.config.text_encoder, self.config.text_dim, self.config.hash_buckets)
+        self._text_features: torch.Tensor | None = None
+        if self.aux_head is not None:  # which object the labels describe depends on the instruction
+            image_dim = self.config.image_feature_dim * len(self.image_keys)
+            self.aux_head = nn.Sequential(nn.Linear(image_dim + self.config.text_dim, AUX_HIDDEN), nn.ReLU(),
+                                          nn.Linear(AUX_HIDDEN, sum(spec.aux_dims.values())))
 
     def cond_dim(self) -> int:
         """Observation features plus language features."""
@@ -66,4 +75,14 @@ class VLAPolicy(FlowPolicy):
         texts = list(tasks) if tasks is not None else [self.task] * base.shape[0]
         if len(texts) != base.shape[0]:
             raise SpecError(f"task: {len(texts)} task strings for a batch of {base.shape[0]}")
-        return torch.cat([base, self.text(texts)], dim=-1)
+        self._text_features = self.text(texts)
+        return torch.cat([base, self._text_features], dim=-1)
+
+    def aux_inputs(self) -> torch.Tensor:
+        """Image features and the instruction's features, for the auxiliary head.
+
+        In a scene with a red and a blue cube the labels (the target's pose) are those of the cube the
+        instruction names, so the head must read both (an MLP: choosing an object by the text is not linear).
+        """
+        assert self._text_features is not None
+        return torch.cat([super().aux_inputs(), self._text_features], dim=-1)
