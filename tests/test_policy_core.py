@@ -120,6 +120,23 @@ def test_executor_late_chunk_skips_executed_steps_and_bad_chunk_keeps_old() -> N
     assert ex.next_action()[0] == 53  # the previous chunk keeps executing
 
 
+def test_a_chunk_that_arrives_late_is_due_again_n_steps_after_its_observation() -> None:
+    """On a thread a chunk arrives a step after its request; the next is still due n_action_steps after it."""
+    for late in (0, 1, 2):
+        ex = ChunkExecutor(ExecutorConfig(mode="latest", n_action_steps=4), action_dim=2)
+        requests: list[int] = []
+        pending: int | None = None
+        for step in range(24):  # as PolicyRunner.step: request when due, the inference thread answers later
+            if pending is None and ex.needs_chunk():
+                pending = step
+                requests.append(step)
+            if pending is not None and step - pending >= (late if requests[1:] else 0):
+                ex.add_chunk(chunk(10 * step), start_step=pending)  # predicted from the frame at `pending`
+                pending = None
+            ex.next_action()
+        assert np.diff(requests).tolist() == [4] * (len(requests) - 1), (late, requests)
+
+
 # ----------------------------------------------------------------------------------------- checkpoints
 @pytest.mark.parametrize("name", ["flow", "diffusion", "meanflow"])
 def test_save_load_round_trip_is_exact(tmp_path: Path, name: str) -> None:

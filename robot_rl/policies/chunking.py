@@ -73,7 +73,10 @@ class ChunkExecutor:
         if start > self.step:
             raise ValueError(f"start_step: {start} is in the future (current step {self.step})")
         self._chunks.append((start, chunk))
-        self._last_request = self.step
+        # counted from the step of the chunk's observation, not from its arrival: a chunk predicted on a
+        # thread arrives a step or more later, and counting from then would request the next one late
+        # (every n_action_steps + 1 steps on the robot where evaluation requests every n_action_steps)
+        self._last_request = start
         while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) <= self.step:
             self._chunks.popleft()
 
