@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dataset", help="held-out demonstrations (episode store with the policy's cameras)")
     parser.add_argument("policies", nargs="+", help="policy checkpoint folders")
     parser.add_argument("--steps", default="0,5,10,20", help="offsets from the episode start")
+    parser.add_argument("--sampling-steps", default="", help="comma-separated sampling steps to compare "
+                        "(default: the policy's own)")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     steps = [int(s) for s in args.steps.split(",")]
@@ -37,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         data = ChunkDataset.from_store(args.dataset, policy.state_keys, policy.image_keys, policy.config.n_obs_steps,
                                        policy.config.horizon)
         print(f"{path} ({policy.name}, {policy.config.n_obs_steps} obs steps, aux {policy.aux_keys or 'none'})")
-        for row in first_action_error(policy, data, steps):
-            print(f"  {row.summary(XY)}; yaw {float(row.error[YAW]):.3f}")
+        for sampling in [int(n) for n in args.sampling_steps.split(",") if n] or [None]:
+            print(f"  sampling steps: {sampling or 'the policy default'}")
+            for row in first_action_error(policy, data, steps, num_steps=sampling):
+                print(f"    {row.summary(XY)}; yaw {float(row.error[YAW]):.3f}")
         labels = ChunkDataset.from_store(args.dataset, policy.state_keys, policy.image_keys,
                                          policy.config.n_obs_steps, policy.config.horizon,
                                          aux_keys=["object_pos", "object_yaw_in_hand"])

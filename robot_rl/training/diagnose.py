@@ -40,15 +40,20 @@ class FirstActionError:
 
 @torch.no_grad()
 def first_action_error(policy: Policy, data: ChunkDataset, steps: Sequence[int] = (0, 10),
-                       seed: int = 0) -> list[FirstActionError]:
-    """For each offset in ``steps``: |first action of the predicted chunk - the demonstrated action| per dim."""
+                       seed: int = 0, num_steps: int | None = None) -> list[FirstActionError]:
+    """For each offset in ``steps``: |first action of the predicted chunk - the demonstrated action| per dim.
+
+    ``num_steps``: sampling steps (the policy's own by default). A one-step sample is the mean of what the
+    demonstrations did in that situation; where they split two ways (a cube turned 45 deg can be grasped
+    turning left or right) that mean is neither, and only several steps pick one of them.
+    """
     out = []
     generator = torch.Generator().manual_seed(seed)
     for step in steps:
         idx = np.minimum(data.starts + step, data.ends - 1)
         batch = data.batch(idx)
         obs = {k: batch["obs"][k].numpy() for k in (*policy.state_keys, *policy.image_keys)}
-        chunk = policy.predict_chunk(obs, generator=generator, task=batch["task"])
+        chunk = policy.predict_chunk(obs, num_steps=num_steps, generator=generator, task=batch["task"])
         predicted = policy.normalizer.normalize("action", torch.as_tensor(chunk[:, 0]).float())
         demo = policy.normalizer.normalize("action", batch["action"][:, 0].float())
         error = (predicted - demo).abs().mean(dim=0).numpy()
