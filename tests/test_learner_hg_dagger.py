@@ -112,3 +112,42 @@ def test_rejects_rollouts_missing_policy_keys() -> None:
     assert learner.num_intervention_steps == 0
     with pytest.raises(ValueError, match="intervention_fraction"):
         HGDAggerConfig(intervention_fraction=1.5)
+
+
+def _camera_steps(rng: np.random.Generator, n: int, with_label: bool, episode_id: int = 0) -> list[Transition]:
+    """Human steps of a camera policy; a simulator's carry the object position, a real robot's do not."""
+    out = []
+    for t in range(n):
+        obs = {"pos": rng.normal(size=2).astype(np.float32),
+               "image_front": rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)}
+        if with_label:
+            obs["object_pos"] = rng.normal(size=3).astype(np.float32)
+        out.append(Transition(obs, obs, rng.normal(size=2).astype(np.float32), 0.0, False, False, episode_id, t,
+                              is_intervention=True, segment_source=SegmentSource.HUMAN, segment_id=1))
+    return out
+
+
+@pytest.mark.parametrize("robot_has_labels", [True, False])
+def test_a_camera_policy_with_an_aux_head_fine_tunes_on_labelled_and_unlabelled_corrections(
+        robot_has_labels: bool) -> None:
+    """Demos carry the privileged label; a simulator's corrections carry it too, a real robot's do not."""
+    rng = np.random.default_rng(0)
+    n = 60
+    columns = {"pos": rng.normal(size=(n, 2)).astype(np.float32),
+               "image_front": rng.integers(0, 255, (n, 16, 16, 3), dtype=np.uint8),
+               "object_pos": rng.normal(size=(n, 3)).astype(np.float32)}
+    data = ChunkDataset(columns, rng.normal(size=(n, 2)).astype(np.float32), np.array([30, 60]), ["", ""],
+                        ["image_front"], 1, HORIZON, aux_keys=["object_pos"])
+    torch.manual_seed(0)
+    cfg = FlowConfig(horizon=HORIZON, n_obs_steps=1, unet_channels=(16,), kernel_size=3, image_keys=["image_front"],
+                     image_feature_dim=8, crop_pad=1, aux_keys=["object_pos"], executor=ExecutorConfig(n_action_steps=2))
+    policy = FlowPolicy(cfg, data.spec)
+    learner = HGDAggerLearner(policy, HGDAggerConfig(batch_size=8, updates_per_round=3), demos=data)
+    assert learner.add_rollout(_camera_steps(rng, 12, robot_has_labels)) == 12
+    result = learner.update()
+    assert np.isfinite(result["loss"])
+    # with labelled corrections the head trains on every batch; without, the mixed batches drop the label
+    assert ("aux_loss" in result) is robot_has_labels
+    assert learner.update(steps=2)["loss"] > 0
+    learner.config.intervention_fraction = 0.0  # demonstrations only: their labels train the head again
+    assert "aux_loss" in learner.update(steps=2)

@@ -25,6 +25,7 @@ from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.policies.base import Policy
 from robot_rl.training.dataset import ChunkDataset
+from robot_rl.training.labels import DERIVED_LABELS
 
 
 @dataclass
@@ -116,10 +117,12 @@ class HGDAggerLearner:
             for key in self.keys:
                 value = rows[f"obs.{key}"]
                 columns[key] = value if key in self.policy.image_keys else value.astype(np.float32).reshape(n, -1)
+            labels = aux_columns(self.policy.aux_keys, rows, n)
+            columns.update(labels)
             cfg = self.policy.config
             self._dataset = ChunkDataset(columns, rows["action"].astype(np.float32), ends,
                                          [self.policy.task] * len(ends), self.policy.image_keys,
-                                         cfg.n_obs_steps, cfg.horizon)
+                                         cfg.n_obs_steps, cfg.horizon, aux_keys=list(labels))
         return self._dataset
 
     def _batch(self) -> dict[str, Any]:
@@ -137,7 +140,8 @@ class HGDAggerLearner:
             parts.append(self.demos.sample(cfg.batch_size - n_int, self.rng))
         if len(parts) == 1:
             return parts[0]
-        return {"obs": {k: torch.cat([parts[0]["obs"][k], parts[1]["obs"][k]]) for k in parts[0]["obs"]},
+        keys = [k for k in parts[0]["obs"] if k in parts[1]["obs"]]  # aux labels only where both parts have them
+        return {"obs": {k: torch.cat([parts[0]["obs"][k], parts[1]["obs"][k]]) for k in keys},
                 "action": torch.cat([parts[0]["action"], parts[1]["action"]]),
                 "task": parts[0]["task"] + parts[1]["task"]}
 
@@ -149,9 +153,11 @@ class HGDAggerLearner:
                 raise ValueError("HG-DAgger has no data to fit the policy's normaliser")
             self.policy.set_stats(data.stats())
         self.policy.train()
-        losses = []
+        losses, aux = [], []
         for _ in range(steps or self.config.updates_per_round):
-            loss, _ = self.policy.compute_loss(to_device(self._batch(), self.device))
+            loss, metrics = self.policy.compute_loss(to_device(self._batch(), self.device))
+            if "aux_loss" in metrics:
+                aux.append(metrics["aux_loss"])
             self.optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.grad_clip)
@@ -159,7 +165,10 @@ class HGDAggerLearner:
             losses.append(float(loss.detach()))
             self.updates += 1
         self.policy.eval()
-        return {"loss": float(np.mean(losses)), "intervention_steps": float(len(self.interventions))}
+        out = {"loss": float(np.mean(losses)), "intervention_steps": float(len(self.interventions))}
+        if aux:  # the auxiliary head trained on these batches (their labels were recorded)
+            out["aux_loss"] = float(np.mean(aux))
+        return out
 
     def save(self, folder: str | Path) -> Path:
         """The policy checkpoint under ``policy/`` and the intervention buffer under ``interventions/``."""
@@ -172,3 +181,19 @@ class HGDAggerLearner:
         """Load the intervention buffer a previous :meth:`save` wrote (a restarted learner keeps its data)."""
         self.interventions = ReplayBuffer.load(Path(folder) / "interventions", capacity=self.config.capacity)
         self._dataset = None
+
+
+def aux_columns(aux_keys: Sequence[str], rows: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """The auxiliary head's labels of buffered steps, for the labels the steps carry.
+
+    A simulator's steps carry the object pose (and the fields derived labels need, computed as in training); a
+    real robot's carry none, and the head then trains on the demonstrations' labels only.
+    """
+    out = {}
+    for key in aux_keys:
+        derived = DERIVED_LABELS.get(key)
+        if f"obs.{key}" in rows:
+            out[key] = rows[f"obs.{key}"].astype(np.float32).reshape(n, -1)
+        elif derived is not None and all(f"obs.{src}" in rows for src in derived.sources):
+            out[key] = derived.compute({src: rows[f"obs.{src}"] for src in derived.sources}).reshape(n, -1)
+    return out

@@ -128,7 +128,8 @@ class HGDAggerAlgorithm:
         demos = None
         if lc.demos:
             pc = policy.config
-            demos = ChunkDataset.from_store(lc.demos, pc.state_keys, pc.image_keys, pc.n_obs_steps, pc.horizon)
+            demos = ChunkDataset.from_store(lc.demos, pc.state_keys, pc.image_keys, pc.n_obs_steps, pc.horizon,
+                                            aux_keys=pc.aux_keys)
         self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos, device=lc.device)
         self.steps = ReplayBuffer(lc.capacity)
         self.updates = 0

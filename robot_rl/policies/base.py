@@ -235,7 +235,7 @@ class Policy(nn.Module):
         cond = self.condition(batch["obs"], batch.get("task"))
         actions = self.normalizer.normalize("action", batch["action"].float())
         loss, metrics = self._loss(actions, cond)
-        if self.aux_head is not None:
+        if self.aux_head is not None and all(k in batch["obs"] for k in self.aux_keys):  # labels: where recorded
             aux = self.aux_loss(batch["obs"])
             metrics["aux_loss"] = float(aux.item())
             loss = loss + self.config.aux_weight * aux
