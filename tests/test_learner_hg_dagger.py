@@ -140,7 +140,8 @@ def test_a_camera_policy_with_an_aux_head_fine_tunes_on_labelled_and_unlabelled_
                         ["image_front"], 1, HORIZON, aux_keys=["object_pos"])
     torch.manual_seed(0)
     cfg = FlowConfig(horizon=HORIZON, n_obs_steps=1, unet_channels=(16,), kernel_size=3, image_keys=["image_front"],
-                     image_feature_dim=8, crop_pad=1, aux_keys=["object_pos"], executor=ExecutorConfig(n_action_steps=2))
+                     image_feature_dim=8, crop_pad=1, aux_keys=["object_pos"],
+                     executor=ExecutorConfig(n_action_steps=2))
     policy = FlowPolicy(cfg, data.spec)
     learner = HGDAggerLearner(policy, HGDAggerConfig(batch_size=8, updates_per_round=3), demos=data)
     assert learner.add_rollout(_camera_steps(rng, 12, robot_has_labels)) == 12
