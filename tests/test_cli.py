@@ -73,3 +73,21 @@ def test_demo_settings_come_from_the_options() -> None:
     settings = demo.DemoSettings.from_args(args)
     assert settings.out == Path("x") and settings.episodes == 3 and settings.overrides == ["actor.seed=5"]
     assert not settings.pixels and args.skip_to == "evaluation"
+
+
+def test_demo_with_pixels_trains_a_policy_that_sees_the_cube_only_through_its_cameras(tmp_path: Path) -> None:
+    """--pixels: front and wrist cameras recorded, the camera config trained; no object or goal state."""
+    import os
+
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from robot_rl.cli import demo
+    from robot_rl.policies.base import Policy
+
+    run = demo.Demo(demo.DemoSettings(out=tmp_path, episodes=1, bc_steps=2, pixels=True))
+    run.demonstrations()
+    run.behaviour_cloning()
+    policy = Policy.load(tmp_path / "bc" / "policy")
+    assert policy.image_keys == ["image_front", "image_wrist"]
+    assert policy.spec.image_shapes["image_front"] == (64, 64, 3)
+    assert not {"object_pos", "object_quat", "goal_pos"} & set(policy.state_keys)
+    assert policy.aux_keys == ["object_pos"]  # the cube's position is a training label only

@@ -46,15 +46,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of the online config (config/learners/online_pick_lift.yaml)")
     parser.add_argument("--pixels", action="store_true",
-                        help="the policy also sees a 64x64 front camera (slower: rendering on CPU)")
+                        help="the policy sees the task only through 64x64 front and wrist cameras (plus "
+                        "proprioception; config flow_pick_lift_pixels.yaml); slower: rendering on CPU, and it "
+                        "needs more data: --episodes 100 --bc-steps 4000")
     parser.add_argument("--skip-to", choices=[name for name, _ in STAGES], default=None,
                         help="reuse the outputs of the earlier stages in --out and start here")
 
 
 ENV_ID = "robot_rl/ArmPickLift-v0"
 TASK = "pick up the cube and lift it"
-PIXEL_CAMERA, PIXEL_SIZE = "front", (64, 64)
-"""Camera and image size of the ``--pixels`` variant (small: rendering on CPU is slow)."""
+PIXEL_CAMERAS, PIXEL_SIZE = ("front", "wrist"), (64, 64)
+"""Cameras and image size of the ``--pixels`` variant (small: rendering on CPU is slow)."""
+BC_CONFIGS = {False: "flow_pick_lift.yaml", True: "flow_pick_lift_pixels.yaml"}
+"""Behaviour-cloning config of the state and the ``--pixels`` variants (installed under config/policies)."""
 EVAL_SEED = 100_000
 """Evaluation seeds start here: never used by the demonstrations (seed 0...) or the actors (5000...)."""
 RL_CONFIGS = {"dsrl": "online_pick_lift_dsrl.yaml", "residual": "online_pick_lift_residual.yaml"}
@@ -113,7 +117,7 @@ class Demo:
 
     def env_options(self) -> dict[str, Any]:
         """Keyword arguments of ``gymnasium.make`` for every env of the demo (the camera with ``--pixels``)."""
-        return {"cameras": [PIXEL_CAMERA], "image_size": list(PIXEL_SIZE)} if self.settings.pixels else {}
+        return {"cameras": list(PIXEL_CAMERAS), "image_size": list(PIXEL_SIZE)} if self.settings.pixels else {}
 
     def environment(self) -> str:
         """The installation check of ``robot-rl doctor`` (without rendering)."""
@@ -194,9 +198,8 @@ class Demo:
         out = self.out / "bc"
         if out.exists():
             shutil.rmtree(out)
-        config = package_share_dir() / "config" / "policies" / "flow_pick_lift.yaml"
-        overrides = [f"steps={s.bc_steps}", f"seed={s.seed}",
-                     *([f"policy.image_keys=[image_{PIXEL_CAMERA}]"] if s.pixels else [])]
+        config = package_share_dir() / "config" / "policies" / BC_CONFIGS[s.pixels]
+        overrides = [f"steps={s.bc_steps}", f"seed={s.seed}"]
         self.results.training = run = train_policy(config, out, dataset=self.demos, overrides=overrides)
         print(run.summary())
         return f"flow policy, {s.bc_steps} steps on {s.episodes} demonstrations -> {out / 'policy'}"
