@@ -267,22 +267,12 @@ def graph_run(checkpoint: Path, rate_hz: float, device: str, threads: int, ref: 
     ``threads``: the node's ``num_threads`` (torch CPU threads; 0: torch's default, one per core).
     """
     from robot_rl.ros.launch_processes import launch
-    from robot_rl.ros.launch_yaml import load_launch_file
+    from robot_rl.ros.launch_yaml import load_launch_file, write_node_launch_file
 
     run = f"{rate_hz:g}hz_{device}_{threads}threads"
-    path = folder / f"policy_{run}.launch.yaml"
-    path.write_text(f"""
-launch:
-- node:
-    pkg: robot_rl
-    exec: policy_node
-    name: policy
-    param:
-    - {{name: policy_path, value: "{checkpoint}"}}
-    - {{name: rate_hz, value: {float(rate_hz)}}}
-    - {{name: device, value: {device}}}
-    - {{name: num_threads, value: {threads}}}
-""")
+    path = write_node_launch_file(folder / f"policy_{run}.launch.yaml", "policy_node",
+                                  {"policy_path": str(checkpoint), "rate_hz": float(rate_hz), "device": device,
+                                   "num_threads": threads})
     out = GraphResult()
     with launch(load_launch_file(path), folder / f"logs_{run}") as graph:
         feed = Feed(frame_hw)

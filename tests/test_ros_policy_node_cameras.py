@@ -21,7 +21,7 @@ from robot_rl.policies.flow import FlowConfig, FlowPolicy  # noqa: E402
 from robot_rl.robots import panda  # noqa: E402
 from robot_rl.ros.conversions import compressed_image_to_msg, joint_state_to_msg  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
-from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.launch_yaml import load_launch_file, write_node_launch_file  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
@@ -42,19 +42,9 @@ def _pixel_policy(path: Path) -> Path:
 
 def test_policy_node_acts_on_compressed_frames_of_another_size(tmp_path: Path) -> None:
     ckpt = _pixel_policy(tmp_path / "policy")
-    path = tmp_path / "policy.launch.yaml"
-    path.write_text(f"""
-launch:
-- node:
-    pkg: robot_rl
-    exec: policy_node
-    name: policy
-    param:
-    - {{name: policy_path, value: "{ckpt}"}}
-    - {{name: rate_hz, value: 10.0}}
-    - {{name: robot, value: panda}}
-    - {{name: image_transport, value: compressed}}
-""")
+    path = write_node_launch_file(tmp_path / "policy.launch.yaml", "policy_node",
+                                  {"policy_path": str(ckpt), "rate_hz": 10.0, "robot": "panda",
+                                   "image_transport": "compressed"})
     targets: list[JointState] = []
     with launch(load_launch_file(path), tmp_path / "logs") as graph:
         rclpy.init()

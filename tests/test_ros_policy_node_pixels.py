@@ -24,7 +24,7 @@ from robot_rl.policies.flow import FlowConfig, FlowPolicy  # noqa: E402
 from robot_rl.robots import panda  # noqa: E402
 from robot_rl.ros.conversions import image_to_msg, joint_state_to_msg, pose_from_msg, pose_to_msg  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
-from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.launch_yaml import load_launch_file, write_node_launch_file  # noqa: E402
 from robot_rl.sim.arm_actions import MAX_LIN_SPEED, WORKSPACE_HIGH, WORKSPACE_LOW  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -105,18 +105,8 @@ def test_policy_node_runs_pixel_policy_from_two_image_streams(tmp_path: Path) ->
     assert sep > 1e-3, sep  # the scenes' actions are told apart (computed where the node computes: the CPU)
     tol = sep / 4
 
-    path = tmp_path / "policy.launch.yaml"
-    path.write_text(f"""
-launch:
-- node:
-    pkg: robot_rl
-    exec: policy_node
-    name: policy
-    param:
-    - {{name: policy_path, value: "{ckpt}"}}
-    - {{name: rate_hz, value: {RATE_HZ}}}
-    - {{name: device, value: cpu}}
-""")
+    path = write_node_launch_file(tmp_path / "policy.launch.yaml", "policy_node",
+                                  {"policy_path": str(ckpt), "rate_hz": RATE_HZ, "device": "cpu"})
     targets: list[tuple[float, PoseStamped]] = []
     actions: list[tuple[float, np.ndarray]] = []
     grippers: list[float] = []

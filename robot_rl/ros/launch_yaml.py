@@ -289,3 +289,13 @@ def parse_launch_arguments(items: list[str]) -> dict[str, str]:
             raise LaunchError(f"launch argument {item!r}: expected name:=value")
         out[name] = value
     return out
+
+
+def write_node_launch_file(path: str | Path, executable: str, params: dict[str, Any], name: str | None = None,
+                           package: str = PACKAGE) -> Path:
+    """A launch file that starts one node with ``params`` (tests and benchmarks run single nodes this way)."""
+    node = {"pkg": package, "exec": executable, "name": name or executable.removesuffix("_node"),
+            "param": [{"name": k, "value": v} for k, v in params.items()]}
+    path = Path(path)
+    path.write_text(yaml.safe_dump({"launch": [{"node": node}]}, sort_keys=False), encoding="utf-8")
+    return path
