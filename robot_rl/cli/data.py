@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "front,wrist); default: the env's own setting")
     rec.add_argument("--image-size", type=int, nargs=2, default=None, metavar=("H", "W"),
                      help="camera image size for robot_rl envs")
+    rec.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                     help="env (SimConfig) setting, e.g. randomization={object_rgb_jitter: 0.15} (repeatable)")
     rec.add_argument("--import", dest="imports", action="append", default=[],
                      help="module to import first (registers envs); robot_rl.sim is always imported")
     info = sub.add_parser("info", help="summary of a store: episodes, fields, tasks, metadata")
@@ -110,13 +112,18 @@ def _record(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import robot_rl.sim  # noqa: F401 - registers the robot_rl envs
+    from robot_rl.cli.sim import env_overrides
     from robot_rl.data.env_info import dataset_info
     from robot_rl.data.recorder import record
     from robot_rl.data.store import EpisodeStore
 
     for module in args.imports:
         importlib.import_module(module)
-    overrides: dict[str, Any] = {}
+    try:
+        overrides: dict[str, Any] = env_overrides(args.override)
+    except ValueError as exc:
+        print(f"robot-rl data record: error: {exc}")
+        return 2
     if args.cameras:
         overrides["cameras"] = tuple(c.strip() for c in args.cameras.split(",") if c.strip())
     if args.image_size:
