@@ -186,8 +186,8 @@ class Policy(nn.Module):
         self.encoder = ObsEncoder(spec.state_dims, spec.image_shapes, config.n_obs_steps, config.image_feature_dim,
                                   config.crop_pad)
         self.aux_keys = list(spec.aux_dims)
-        self.aux_head = (nn.Linear(config.image_feature_dim * len(self.image_keys), sum(spec.aux_dims.values()))
-                         if spec.aux_dims else None)
+        aux_in = config.image_feature_dim * len(self.image_keys)
+        self.aux_head: nn.Module | None = nn.Linear(aux_in, sum(spec.aux_dims.values())) if spec.aux_dims else None
         self.net = ConditionalUnet1D(spec.action_dim, self.cond_dim(), self.n_times, tuple(config.unet_channels),
                                      config.kernel_size, time_max_freq=self.time_embedding_freq())
         self.version = 0
