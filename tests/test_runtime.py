@@ -288,3 +288,8 @@ def test_each_episode_hands_the_envs_instruction_to_the_agent_and_the_runner_pre
     runner.reset(seed=0)
     runner.act({"pos": np.zeros(2, np.float32)})
     assert seen == [None, "pick up the blue cube and lift it"]
+    pinned = PolicyRunner(policy, instruction="reach the green ball")  # e.g. robot-rl eval --task
+    pinned.instruct("pick up the blue cube and lift it")
+    pinned.reset(seed=0)
+    pinned.act({"pos": np.zeros(2, np.float32)})
+    assert seen[-1] == "reach the green ball"

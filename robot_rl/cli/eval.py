@@ -25,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exec-mode", choices=["ensemble", "blend", "latest"],
                         help="override how chunks are executed (default: as trained)")
     parser.add_argument("--action-steps", type=int, help="override the steps executed per chunk")
-    parser.add_argument("--task", help="task text for language-conditioned policies (default: the env's "
-                        "instruction of each episode, e.g. ArmMultiTask-v0, else the policy's own)")
+    parser.add_argument("--task", help="task text for language-conditioned policies, kept for every episode "
+                        "(default: the env's instruction of each episode, e.g. ArmMultiTask-v0, else the "
+                        "policy's own)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="env (SimConfig) setting, e.g. tasks=[lift_blue] or "
                         "randomization={object_rgb_jitter: 0.1} (repeatable)")
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from robot_rl.cli.sim import env_overrides
     from robot_rl.core.device import DeviceError, resolve_device
     from robot_rl.policies.base import CheckpointError, Policy
+    from robot_rl.runtime.policy_runner import PolicyRunner
     from robot_rl.training.evaluate import env_options_for, evaluate, save_report
 
     torch.set_num_threads(args.threads)
@@ -73,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"robot-rl eval: error: {exc}")
             return 2
-    if args.task is not None:
-        policy.task = args.task
     try:
         options = env_options_for(policy)  # the cameras a camera policy was trained on
         env = gym.make(args.env, **{**options, **env_overrides(args.override)})
@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"robot-rl eval: error: {exc}")
         return 2
     try:
-        report = evaluate(policy, env, args.env, args.episodes, args.seed, progress=not args.no_progress)
+        # --task holds for every episode, the env's own instructions included (a swap test by hand)
+        agent = policy if args.task is None else PolicyRunner(policy, instruction=args.task)
+        report = evaluate(agent, env, args.env, args.episodes, args.seed, progress=not args.no_progress)
     finally:
         env.close()
     json_path, png_path = save_report(report, Path(args.out or args.policy), title=f"{policy.name} on {args.env}")

@@ -45,7 +45,8 @@ class PolicyRunner:
     def __init__(self, policy: Policy, weights_dir: str | Path | None = None, num_steps: int | None = None,
                  threaded: bool = False, on_swap: Callable[[int], None] | None = None,
                  on_error: Callable[[str], None] | None = None, device: str | None = None,
-                 noise_source: Callable[[Mapping[str, np.ndarray]], Any] | None = None) -> None:
+                 noise_source: Callable[[Mapping[str, np.ndarray]], Any] | None = None,
+                 instruction: str | None = None) -> None:
         if device is not None:  # "auto" | "cpu" | "cuda[:i]"; None leaves the policy where it is
             policy.to(resolve_device(device))
         self.policy = policy
@@ -66,8 +67,10 @@ class PolicyRunner:
         self.inference_s = 0.0
         """Time spent predicting chunks [s]."""
         self.generator: torch.Generator | None = None
-        self.instruction: str | None = None
+        self.instruction: str | None = instruction
         """This episode's instruction for a language-conditioned policy (None: the policy's own ``task``)."""
+        self.fixed_instruction = instruction is not None
+        """An instruction given here is kept: the episodes' own (:meth:`instruct`) are then ignored."""
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._frame_step = 0
@@ -92,8 +95,12 @@ class PolicyRunner:
         self._apply_staged()
 
     def instruct(self, text: str) -> None:
-        """Act on ``text`` as the task instruction from now on (the episode loop calls it after each reset)."""
-        self.instruction = text
+        """Act on ``text`` as the task instruction from now on (the episode loop calls it after each reset).
+
+        A runner built with a fixed ``instruction`` keeps that one.
+        """
+        if not self.fixed_instruction:
+            self.instruction = text
 
     def frame(self, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The keys this policy reads from one observation, checked for presence."""
