@@ -25,7 +25,7 @@ from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.policies.base import Policy
 from robot_rl.training.dataset import ChunkDataset
-from robot_rl.training.labels import DERIVED_LABELS
+from robot_rl.training.labels import label_columns
 
 
 @dataclass
@@ -117,7 +117,7 @@ class HGDAggerLearner:
             for key in self.keys:
                 value = rows[f"obs.{key}"]
                 columns[key] = value if key in self.policy.image_keys else value.astype(np.float32).reshape(n, -1)
-            labels = aux_columns(self.policy.aux_keys, rows, n)
+            labels = label_columns(self.policy.aux_keys, lambda k: rows.get(f"obs.{k}"), n)  # sim: pose known
             columns.update(labels)
             cfg = self.policy.config
             self._dataset = ChunkDataset(columns, rows["action"].astype(np.float32), ends,
@@ -182,18 +182,3 @@ class HGDAggerLearner:
         self.interventions = ReplayBuffer.load(Path(folder) / "interventions", capacity=self.config.capacity)
         self._dataset = None
 
-
-def aux_columns(aux_keys: Sequence[str], rows: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """The auxiliary head's labels of buffered steps, for the labels the steps carry.
-
-    A simulator's steps carry the object pose (and the fields derived labels need, computed as in training); a
-    real robot's carry none, and the head then trains on the demonstrations' labels only.
-    """
-    out = {}
-    for key in aux_keys:
-        derived = DERIVED_LABELS.get(key)
-        if f"obs.{key}" in rows:
-            out[key] = rows[f"obs.{key}"].astype(np.float32).reshape(n, -1)
-        elif derived is not None and all(f"obs.{src}" in rows for src in derived.sources):
-            out[key] = derived.compute({src: rows[f"obs.{src}"] for src in derived.sources}).reshape(n, -1)
-    return out

@@ -19,7 +19,7 @@ from robot_rl.data.schema import DatasetError
 from robot_rl.data.stats import compute_stats
 from robot_rl.data.store import EpisodeStore
 from robot_rl.policies.base import PolicySpec
-from robot_rl.training.labels import DERIVED_LABELS
+from robot_rl.training.labels import label_columns
 
 
 class ChunkDataset:
@@ -63,10 +63,8 @@ class ChunkDataset:
             if schema is None or store.num_episodes == 0:
                 raise DatasetError(f"{path}: the store has no episodes")
             keys = list(state_keys) if state_keys is not None else schema.state_keys
-            derived = {k: DERIVED_LABELS[k] for k in aux_keys if k not in schema.observation and k in DERIVED_LABELS}
-            keys = [k for k in keys if k not in aux_keys] + [k for k in aux_keys if k not in keys and k not in derived]
-            sources = sorted({s for label in derived.values() for s in label.sources})
-            for key in [*keys, *image_keys, *sources]:
+            keys = [k for k in keys if k not in aux_keys]
+            for key in [*keys, *image_keys]:
                 if key not in schema.observation:
                     raise DatasetError(f"{path}: no observation key {key!r} (have {sorted(schema.observation)})")
             for key in image_keys:
@@ -79,9 +77,14 @@ class ChunkDataset:
                 columns[key] = np.asarray(store.array(f"observation.{key}")[:stop], dtype=np.float32).reshape(stop, -1)
             for key in image_keys:
                 columns[key] = np.asarray(store.array(f"observation.{key}")[:stop])
-            raw = {key: np.asarray(store.array(f"observation.{key}")[:stop]) for key in sources}
-            for key, label in derived.items():  # computed, not stored; the sources stay out of the state
-                columns[key] = np.asarray(label.compute(raw), dtype=np.float32).reshape(stop, -1)
+            labels = label_columns(  # stored or derived from stored fields; the sources stay out of the state
+                aux_keys, lambda k: np.asarray(store.array(f"observation.{k}")[:stop]) if k in schema.observation
+                else None, stop)
+            missing = [k for k in aux_keys if k not in labels]
+            if missing:
+                raise DatasetError(f"{path}: aux_keys {missing}: neither stored nor derivable from the stored fields "
+                                   f"(have {sorted(schema.observation)})")
+            columns.update(labels)
             actions = np.asarray(store.array("action")[:stop], dtype=np.float32)
             tasks = [store.episode_info(i).task for i in range(count)]
             robot = "" if store.info.robot == "unknown" else store.info.robot

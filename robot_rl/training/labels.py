@@ -9,7 +9,7 @@ Computing those labels from the stored fields keeps datasets as they were record
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,3 +46,22 @@ DERIVED_LABELS: dict[str, DerivedLabel] = {
     "object_yaw_in_hand": DerivedLabel(("object_quat", "tcp_quat"), cube_yaw_in_hand),
 }
 """Label name -> how to compute it; ``aux_keys`` may name these as well as stored fields."""
+
+
+def label_columns(aux_keys: Sequence[str], read: Callable[[str], np.ndarray | None], n: int) -> dict[str, np.ndarray]:
+    """The labels of ``aux_keys`` over ``n`` frames: stored fields as they are, or derived from stored ones.
+
+    ``read(field)`` returns a field's frames, or None where it was not recorded; labels that can be neither
+    read nor derived are left out (the caller decides whether that is an error).
+    """
+    out = {}
+    for key in aux_keys:
+        value = read(key)
+        label = DERIVED_LABELS.get(key)
+        if value is None and label is not None:
+            sources = {src: read(src) for src in label.sources}
+            if all(v is not None for v in sources.values()):
+                value = label.compute(sources)  # type: ignore[arg-type]
+        if value is not None:
+            out[key] = np.asarray(value, dtype=np.float32).reshape(n, -1)
+    return out
