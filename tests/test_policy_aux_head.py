@@ -169,3 +169,73 @@ def test_the_vla_aux_head_finds_the_object_its_instruction_names() -> None:
     wrong = float(np.abs(policy.predict_aux(obs)["object_pos"] - red).mean())  # asked for blue, compared to red
     print(f"aux head error red {errors['red']:.3f}, blue {errors['blue']:.3f}; blue's answer vs red {wrong:.3f}")
     assert max(errors.values()) < 0.15 < 0.3 < wrong, (errors, wrong)
+
+
+def test_with_aux_condition_the_action_network_acts_on_the_estimate_without_bending_it(tmp_path: Path) -> None:
+    """aux_condition: the head's estimate joins the conditioning, detached; the action follows the estimate."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    n = 400
+    images, centre = _scenes(n, rng)
+    columns = {"joint_pos": np.zeros((n, 3), np.float32), "front": images, "object_pos": centre}
+    # the action is the square's position: only the camera can say it
+    data = ChunkDataset(columns, centre.copy(), np.arange(1, n + 1), [""] * n, ["front"], n_obs_steps=1, horizon=4,
+                        aux_keys=["object_pos"])
+    config = FlowConfig(n_obs_steps=1, horizon=4, unet_channels=(16, 32), image_keys=["front"], crop_pad=0,
+                        image_feature_dim=16, aux_keys=["object_pos"], aux_condition=True, prediction="sample",
+                        executor=ExecutorConfig(n_action_steps=4))
+    policy = FlowPolicy(config, data.spec)
+    policy.set_stats(data.stats())
+    assert policy.cond_dim() == policy.feature_dim() + 2
+
+    batch = data.sample(32, np.random.default_rng(1))
+    cond = policy.condition(batch["obs"])
+    np.testing.assert_allclose(cond[:, -2:].detach().numpy(), policy.aux_head(policy.aux_inputs()).detach().numpy())
+    action_loss, _ = policy._loss(policy.normalizer.normalize("action", batch["action"].float()), cond)
+    action_loss.backward()  # the action loss alone leaves the head untouched: the estimate keeps its meaning
+    assert all(p.grad is None or not p.grad.any() for p in policy.aux_head.parameters())
+    policy.zero_grad()
+
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-3)
+    policy.train()
+    for _ in range(250):
+        loss, _ = policy.compute_loss(data.sample(64, rng))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    images, centre = _scenes(64, np.random.default_rng(1))  # unseen scenes
+    obs = {"joint_pos": np.zeros((64, 1, 3), np.float32), "front": images[:, None]}
+    noise = torch.zeros(64, 4, 2)
+    first = policy.predict_chunk(obs, noise=noise)[:, 0]
+    estimate = policy.predict_aux(obs)["object_pos"]
+    error, gap = (float(np.abs(first - x).mean()) for x in (centre, estimate))
+    baseline = float(np.abs(centre - centre.mean(axis=0)).mean())
+    print(f"first action vs the square {error:.3f} (knowing nothing {baseline:.3f}), vs the estimate {gap:.3f}")
+    assert error < 0.12 < 0.3 < baseline, (error, baseline)
+    assert gap < 0.05, gap  # it goes where the head says the square is
+
+    with torch.no_grad():  # move the estimate to the right: the action moves to the right (not up or down)
+        policy.aux_head.bias += torch.tensor([1.0, 0.0])
+    shift = (policy.predict_chunk(obs, noise=noise)[:, 0] - first).mean(axis=0)
+    print(f"the estimate moved right by one standard deviation: the action moved by {shift}")
+    assert shift[0] > 0.03 and abs(shift[1]) < shift[0] / 3, shift
+    with torch.no_grad():
+        policy.aux_head.bias -= torch.tensor([1.0, 0.0])
+    loaded = Policy.load(policy.save(tmp_path / "cond"))
+    np.testing.assert_allclose(loaded.predict_chunk(obs, noise=noise)[:, 0], first, atol=1e-4)
+
+
+def test_aux_condition_needs_every_label() -> None:
+    with pytest.raises(ValueError, match="aux_condition: needs aux_keys"):
+        FlowConfig(image_keys=["front"], aux_condition=True)
+    config = FlowConfig(unet_channels=(16, 32), image_keys=["front"], aux_keys=["object_pos", "goal_pos"],
+                        aux_condition=True)
+    with pytest.raises(SpecError, match="needs every estimate"):
+        FlowPolicy(config, PolicySpec({"joint_pos": 3}, {"front": (8, 8, 3)}, 2, aux_dims={"object_pos": 3}))
+    from robot_rl.policies.vla import VLAConfig, VLAPolicy  # the VLA's head reads the text too
+
+    vla = VLAPolicy(VLAConfig(unet_channels=(16, 32), image_keys=["front"], aux_keys=["object_pos"],
+                              aux_condition=True, text_encoder="hash", text_dim=8, image_feature_dim=16),
+                    PolicySpec({"joint_pos": 3}, {"front": (8, 8, 3)}, 2, aux_dims={"object_pos": 3}))
+    assert vla.aux_head[0].in_features == 16 + 8 and vla.cond_dim() == vla.feature_dim() + 3

@@ -138,6 +138,11 @@ class PolicyConfig:
     continuing the motion the proprioceptive history shows."""
     aux_weight: float = 1.0
     """Weight of the auxiliary loss (MSE of the z-scored labels) added to the action loss."""
+    aux_condition: bool = False
+    """The action network also reads the auxiliary head's estimate (z-scored, no gradient into the head): first
+    find the objects, then act on where they were found. The estimate comes from the cameras, so the policy
+    still never sees a label; with several objects the network no longer has to pick one out of raw features."""
+
     def __post_init__(self) -> None:
         if self.n_obs_steps < 1:
             raise ValueError(f"n_obs_steps: must be >= 1, got {self.n_obs_steps}")
@@ -153,6 +158,8 @@ class PolicyConfig:
             raise ValueError(f"kernel_size: must be odd and positive, got {self.kernel_size}")
         if self.image_feature_dim < 1 or self.crop_pad < 0:
             raise ValueError("image_feature_dim must be >= 1 and crop_pad >= 0")
+        if self.aux_condition and not self.aux_keys:
+            raise ValueError("aux_condition: needs aux_keys (the estimate the action network reads)")
         if self.aux_weight < 0 or (self.aux_keys and not self.image_keys):
             raise ValueError(f"aux_keys need image_keys (labels are predicted from image features) and aux_weight "
                              f">= 0, got aux_keys {self.aux_keys}, image_keys {self.image_keys}, {self.aux_weight}")
@@ -186,8 +193,10 @@ class Policy(nn.Module):
         self.encoder = ObsEncoder(spec.state_dims, spec.image_shapes, config.n_obs_steps, config.image_feature_dim,
                                   config.crop_pad)
         self.aux_keys = list(spec.aux_dims)
-        aux_in = config.image_feature_dim * len(self.image_keys)
-        self.aux_head: nn.Module | None = nn.Linear(aux_in, sum(spec.aux_dims.values())) if spec.aux_dims else None
+        if config.aux_condition and set(spec.aux_dims) != set(config.aux_keys):
+            raise SpecError(f"aux_condition: the data's labels {sorted(spec.aux_dims)} are not aux_keys "
+                            f"{sorted(config.aux_keys)}; the action network needs every estimate")
+        self.aux_head = self.build_aux_head() if spec.aux_dims else None
         self.net = ConditionalUnet1D(spec.action_dim, self.cond_dim(), self.n_times, tuple(config.unet_channels),
                                      config.kernel_size, time_max_freq=self.time_embedding_freq())
         self.version = 0
@@ -206,8 +215,16 @@ class Policy(nn.Module):
         """
         return self.time_max_freq
 
+    def build_aux_head(self) -> nn.Module:
+        """The auxiliary head: image features -> labels (linear by default); called once while building."""
+        return nn.Linear(self.config.image_feature_dim * len(self.image_keys), sum(self.spec.aux_dims.values()))
+
     def cond_dim(self) -> int:
-        """Size of the conditioning vector (the observation encoder's output by default)."""
+        """Size of the conditioning vector: the features, plus the auxiliary estimate if it is read."""
+        return self.feature_dim() + (sum(self.spec.aux_dims.values()) if self.config.aux_condition else 0)
+
+    def feature_dim(self) -> int:
+        """Size of :meth:`features` (the observation encoder's output by default)."""
         return self.encoder.out_dim
 
     def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
@@ -218,10 +235,19 @@ class Policy(nn.Module):
         """Normalised action chunks (B, H, A) generated from Gaussian ``noise`` of that shape."""
         raise NotImplementedError
 
-    def condition(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
-        """Conditioning vector from a batch of observation histories (the VLA adds language)."""
+    def features(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
+        """Observation features from a batch of histories (the VLA adds language)."""
         states = {k: self.normalizer.normalize(k, obs[k].float().flatten(2)) for k in self.state_keys}
         return self.encoder(states, {k: obs[k] for k in self.image_keys})
+
+    def condition(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
+        """What the action network is conditioned on: :meth:`features`, and with ``aux_condition`` the
+        auxiliary head's estimate (detached: the action loss does not bend the estimate away from the labels)."""
+        feats = self.features(obs, tasks)
+        if not self.config.aux_condition:
+            return feats
+        assert self.aux_head is not None
+        return torch.cat([feats, self.aux_head(self.aux_inputs()).detach()], dim=-1)
 
     # ========================================================================= training
     def set_stats(self, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
@@ -254,8 +280,12 @@ class Policy(nn.Module):
         return self.encoder.image_features
 
     @torch.no_grad()
-    def predict_aux(self, obs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The auxiliary head's labels (raw units) for observation histories, e.g. where the CNN puts the cube."""
+    def predict_aux(self, obs: Mapping[str, Any], task: str | list[str] | None = None) -> dict[str, np.ndarray]:
+        """The auxiliary head's labels (raw units) for observation histories, e.g. where the CNN puts the cube.
+
+        ``task``: one instruction or one per sample (the policy's own by default); a language-conditioned
+        head's labels depend on it (which cube the instruction names).
+        """
         if self.aux_head is None:
             raise SpecError("this policy has no auxiliary head (aux_keys)")
         batch, single = self._check_obs(obs)
@@ -263,7 +293,8 @@ class Policy(nn.Module):
         self.eval()
         try:
             b = len(next(iter(batch.values())))
-            self.condition({k: v.to(self.device) for k, v in batch.items()}, [self.task] * b)
+            tasks = [task] * b if isinstance(task, str) else (list(task) if task is not None else [self.task] * b)
+            self.condition({k: v.to(self.device) for k, v in batch.items()}, tasks)
             flat, out, i = self.aux_head(self.aux_inputs()), {}, 0
             for key, dim in self.spec.aux_dims.items():
                 value = self.normalizer.unnormalize(key, flat[:, i:i + dim]).cpu().numpy()

@@ -60,18 +60,20 @@ class VLAPolicy(FlowPolicy):
         super().__init__(config, spec)
         self.text = TextEncoder(self.config.text_encoder, self.config.text_dim, self.config.hash_buckets)
         self._text_features: torch.Tensor | None = None
-        if self.aux_head is not None:  # which object the labels describe depends on the instruction
-            image_dim = self.config.image_feature_dim * len(self.image_keys)
-            self.aux_head = nn.Sequential(nn.Linear(image_dim + self.config.text_dim, AUX_HIDDEN), nn.ReLU(),
-                                          nn.Linear(AUX_HIDDEN, sum(spec.aux_dims.values())))
 
-    def cond_dim(self) -> int:
+    def build_aux_head(self) -> nn.Module:
+        """An MLP over image and text features: which object the labels describe depends on the instruction."""
+        image_dim = self.config.image_feature_dim * len(self.image_keys)
+        return nn.Sequential(nn.Linear(image_dim + self.config.text_dim, AUX_HIDDEN), nn.ReLU(),
+                             nn.Linear(AUX_HIDDEN, sum(self.spec.aux_dims.values())))
+
+    def feature_dim(self) -> int:
         """Observation features plus language features."""
         return self.encoder.out_dim + self.config.text_dim
 
-    def condition(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
+    def features(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
         """Observation encoding concatenated with the task text features."""
-        base = super().condition(obs, tasks)
+        base = super().features(obs, tasks)
         texts = list(tasks) if tasks is not None else [self.task] * base.shape[0]
         if len(texts) != base.shape[0]:
             raise SpecError(f"task: {len(texts)} task strings for a batch of {base.shape[0]}")
