@@ -2,8 +2,9 @@
 
 The copycat shortcut shows as a large error at the episode start (only the cameras know where the cube is)
 and a small one later (the proprioceptive history carries the answer); see robot_rl/training/diagnose.py.
-Errors are shown for x/y (finding the cube) and for the yaw (turning the hand to the cube's faces). Also, for
-policies with an auxiliary head, how far its cube position and yaw estimates are from the truth at the start.
+Errors are shown for x/y (finding the cube) and for the yaw (turning the hand to the cube's faces), per task
+when the demonstrations hold several (a language-conditioned policy). Also, for policies with an auxiliary
+head, how far each of its estimates is from the truth at the start (positions in cm).
 
     python benchmarks/pixel_diagnosis.py DATASET POLICY [POLICY ...]
 """
@@ -20,8 +21,32 @@ from robot_rl.policies.base import Policy
 from robot_rl.training.dataset import ChunkDataset
 from robot_rl.training.diagnose import first_action_error
 
-XY, YAW = (0, 1), 5
+XY, YAW = [0, 1], 5
 """Action dimensions of the arm's Cartesian delta: x, y of the translation and the yaw of the rotation."""
+
+
+def aux_errors(policy: Policy, dataset: str, tasks: np.ndarray) -> list[str]:
+    """One line per auxiliary estimate and task: its mean error at the episode starts."""
+    keys = [*policy.aux_keys, *(["object_yaw_in_hand"] if "object_yaw_in_hand" not in policy.aux_keys else [])]
+    labels = ChunkDataset.from_store(dataset, policy.state_keys, policy.image_keys, policy.config.n_obs_steps,
+                                     policy.config.horizon, aux_keys=[k for k in keys if k != "object_yaw_in_hand"]
+                                     + ["object_yaw_in_hand"])
+    batch = labels.batch(labels.starts)
+    obs = {k: batch["obs"][k].numpy() for k in (*policy.state_keys, *policy.image_keys)}
+    guess = policy.predict_aux(obs, task=batch["task"])
+    lines = []
+    for key, got in guess.items():
+        want = batch["obs"][key][:, -1].numpy().reshape(len(got), -1)
+        if key == "object_yaw_in_hand":  # (cos 4d, sin 4d): the angle between, in the cube's 90-deg symmetry
+            turn = np.angle((got[:, 0] + 1j * got[:, 1]) / (want[:, 0] + 1j * want[:, 1]))
+            error, unit = np.degrees(np.abs(turn) / 4), "deg"
+        else:
+            error, unit = np.linalg.norm(got - want, axis=1) * 100, "cm"
+        for task in sorted(set(tasks)):
+            mask = tasks == task
+            lines.append(f"  aux head at the start: {key} error {error[mask].mean():.1f} {unit}"
+                         + (f" [{task}]" if len(set(tasks)) > 1 else ""))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,26 +63,19 @@ def main(argv: list[str] | None = None) -> int:
         policy = Policy.load(path).eval()
         data = ChunkDataset.from_store(args.dataset, policy.state_keys, policy.image_keys, policy.config.n_obs_steps,
                                        policy.config.horizon)
+        tasks = np.array(data.tasks)
         print(f"{path} ({policy.name}, {policy.config.n_obs_steps} obs steps, aux {policy.aux_keys or 'none'})")
         for sampling in [int(n) for n in args.sampling_steps.split(",") if n] or [None]:
             print(f"  sampling steps: {sampling or 'the policy default'}")
             for row in first_action_error(policy, data, steps, num_steps=sampling):
                 print(f"    {row.summary(XY)}; yaw {float(row.error[YAW]):.3f}")
-        labels = ChunkDataset.from_store(args.dataset, policy.state_keys, policy.image_keys,
-                                         policy.config.n_obs_steps, policy.config.horizon,
-                                         aux_keys=["object_pos", "object_yaw_in_hand"])
-        batch = labels.batch(labels.starts)
-        obs = {k: batch["obs"][k].numpy() for k in (*policy.state_keys, *policy.image_keys)}
-        guess = policy.predict_aux(obs) if policy.aux_keys else {}
-        if "object_pos" in guess:
-            truth = batch["obs"]["object_pos"][:, -1].numpy()
-            error_cm = np.linalg.norm(guess["object_pos"] - truth, axis=1).mean() * 100
-            print(f"  aux head at the start: cube position error {error_cm:.1f} cm")
-        if "object_yaw_in_hand" in guess:
-            want = batch["obs"]["object_yaw_in_hand"][:, -1].numpy()
-            got = guess["object_yaw_in_hand"]
-            angle = np.abs(np.angle((got[:, 0] + 1j * got[:, 1]) / (want[:, 0] + 1j * want[:, 1]))) / 4
-            print(f"  aux head at the start: cube yaw in the hand error {np.degrees(angle).mean():.1f} deg")
+                if len(set(tasks)) > 1 and row.per_episode is not None:
+                    for task in sorted(set(tasks)):
+                        err = row.per_episode[tasks == task]
+                        print(f"      x/y {float(err[:, XY].mean()):.3f}, yaw {float(err[:, YAW].mean()):.3f} "
+                              f"({len(err)} episodes) {task}")
+        if policy.aux_keys:
+            print("\n".join(aux_errors(policy, args.dataset, tasks)))
     return 0
 
 

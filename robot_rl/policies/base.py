@@ -241,8 +241,11 @@ class Policy(nn.Module):
         return self.encoder(states, {k: obs[k] for k in self.image_keys})
 
     def condition(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
-        """What the action network is conditioned on: :meth:`features`, and with ``aux_condition`` the
-        auxiliary head's estimate (detached: the action loss does not bend the estimate away from the labels)."""
+        """What the action network is conditioned on: :meth:`features` (+ the auxiliary estimate).
+
+        With ``aux_condition`` the head's estimate is appended, detached: the action loss does not bend the
+        estimate away from the labels.
+        """
         feats = self.features(obs, tasks)
         if not self.config.aux_condition:
             return feats

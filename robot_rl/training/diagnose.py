@@ -31,6 +31,8 @@ class FirstActionError:
     """Per action dimension, averaged over episodes."""
     episodes: int
     """Episodes averaged."""
+    per_episode: np.ndarray | None = None
+    """(episodes, action dims): each episode's error, so it can be split (e.g. by task)."""
 
     def summary(self, dims: Sequence[int] = (0, 1)) -> str:
         """One line: the mean error over ``dims`` (x/y of a Cartesian action by default)."""
@@ -56,6 +58,6 @@ def first_action_error(policy: Policy, data: ChunkDataset, steps: Sequence[int] 
         chunk = policy.predict_chunk(obs, num_steps=num_steps, generator=generator, task=batch["task"])
         predicted = policy.normalizer.normalize("action", torch.as_tensor(chunk[:, 0]).float())
         demo = policy.normalizer.normalize("action", batch["action"][:, 0].float())
-        error = (predicted - demo).abs().mean(dim=0).numpy()
-        out.append(FirstActionError(int(step), error, len(idx)))
+        per_episode = (predicted - demo).abs().numpy()
+        out.append(FirstActionError(int(step), per_episode.mean(axis=0), len(idx), per_episode))
     return out
