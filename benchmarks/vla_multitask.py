@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'task':<10} {'success':>9} {'95% CI':>13}")
     for task in TASK_NAMES:
         env = gym.make("robot_rl/ArmMultiTask-v0", tasks=[task], **env_options_for(policy))
-        wins = [bool(run_episode(env, runner, seed=args.seed + i, stop_on_success=True).success)
+        wins = [bool(run_episode(env, runner, seed=args.seed + i, steps_after_success=0).success)
                 for i in tqdm(range(args.episodes), desc=task, leave=False)]
         env.close()
         lo, hi = wilson_interval(sum(wins), len(wins))
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for asked in ("red", "blue"):  # one task per env: the same seed draws the same scene in both
         env = gym.make("robot_rl/ArmMultiTask-v0", tasks=[f"lift_{asked}"], **env_options_for(policy))
         for i in tqdm(range(args.swap_episodes), desc=f"swap {asked}", leave=False):
-            steps = run_episode(env, runner, seed=args.seed + 10_000 + i, keep=True, stop_on_success=True).transitions
+            steps = run_episode(env, runner, seed=args.seed + 10_000 + i, keep=True, steps_after_success=0).transitions
             table[(asked, lifted_cube(steps[0].observation, steps[-1].next_observation))] += 1
         env.close()
     print(f"\ninstruction swap on {args.swap_episodes} scenes (rows: cube asked for; columns: cube lifted)")

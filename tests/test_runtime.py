@@ -103,9 +103,11 @@ def test_success_at_any_step_and_unknown_when_nobody_says() -> None:
     assert run_episode(Env(True), Operator()).success is False
     cut = run_episode(Env(True), zero, max_steps=3, keep=True)
     assert cut.length == 3 and cut.transitions[-1].truncated and cut.truncation_reason == "cut"
-    early = run_episode(Env(True), zero, stop_on_success=True)  # same verdict, two steps instead of four
+    early = run_episode(Env(True), zero, steps_after_success=0, keep=True)  # same verdict, 2 steps instead of 4
     assert early.success is True and early.length == 2 and early.truncation_reason == "success"
-    assert run_episode(Env(False), zero, stop_on_success=True).length == 4  # nobody says: runs to the end
+    assert early.transitions[-1].truncated and not early.transitions[-1].terminated  # cut, not a task end
+    assert run_episode(Env(True), zero, steps_after_success=1).length == 3  # one more step: settling
+    assert run_episode(Env(False), zero, steps_after_success=0).length == 4  # nobody says: runs to the end
 
 
 def test_labeller_opens_a_segment_at_every_change_of_hands() -> None:

@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "env, or a function obs -> action)")
     rec.add_argument("--episodes", type=int, default=10, help="episodes to record (default: %(default)s)")
     rec.add_argument("--max-steps", type=int, default=None, help="cut episodes after this many steps")
+    rec.add_argument("--steps-after-success", type=int, default=None, metavar="N",
+                     help="end each episode N steps after its first success (default: at the time limit)")
     rec.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
     rec.add_argument("--task", default=None,
                      help="task text stored with the episodes (default: each episode's instruction when the env "
@@ -142,6 +144,7 @@ def _record(args: argparse.Namespace) -> int:
     try:
         with store:
             report = record(env, expert, store, args.episodes, max_steps=args.max_steps, seed=args.seed,
+                            steps_after_success=args.steps_after_success,
                             task=args.task, progress=_progress(args))
     except KeyboardInterrupt:
         print(f"\nstopped: the episode in progress was discarded; {store.num_episodes} episode(s) in {out}")

@@ -53,10 +53,17 @@ class RecordReport:
 
 
 def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_steps: int | None = None,
-           seed: int = 0, task: str | None = None, progress: bool = True, max_retakes: int = 3) -> RecordReport:
-    """Record ``episodes`` committed episodes of ``expert`` acting in ``env`` into ``store``."""
+           seed: int = 0, task: str | None = None, progress: bool = True, max_retakes: int = 3,
+           steps_after_success: int | None = None) -> RecordReport:
+    """Record ``episodes`` committed episodes of ``expert`` acting in ``env`` into ``store``.
+
+    ``steps_after_success``: end each take that many steps after the env first reports success (None: at the
+    time limit), so the demonstrations are the task and a short settle, not mostly a long hold.
+    """
     if episodes < 1:
         raise ValueError(f"episodes: must be >= 1, got {episodes}")
+    if steps_after_success is not None and steps_after_success < 0:
+        raise ValueError(f"steps_after_success: must be >= 0, got {steps_after_success}")
     report = RecordReport()
     start = time.perf_counter()
     fps = float(store.info.fps)
@@ -65,7 +72,8 @@ def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_st
     try:
         while len(report.episodes) < episodes:
             ep_seed = seed + len(report.episodes) + report.rerecorded
-            length, success, rerecord = _record_one(env, expert, store, ep_seed, max_steps, task, fps)
+            length, success, rerecord = _record_one(env, expert, store, ep_seed, max_steps, task, fps,
+                                                    steps_after_success)
             if rerecord and retakes < max_retakes:
                 report.rerecorded += 1
                 retakes += 1
@@ -85,7 +93,7 @@ def record(env: gym.Env, expert: Any, store: EpisodeStore, episodes: int, max_st
 
 
 def _record_one(env: gym.Env, expert: Any, store: EpisodeStore, seed: int, max_steps: int | None,
-                task: str | None, fps: float) -> tuple[int, bool | None, bool]:
+                task: str | None, fps: float, steps_after_success: int | None = None) -> tuple[int, bool | None, bool]:
     """One take; returns (steps, success, discarded-for-rerecord)."""
     human = bool(getattr(expert, "is_human", False))
     writer = store.begin_episode(task=task)
@@ -99,7 +107,8 @@ def _record_one(env: gym.Env, expert: Any, store: EpisodeStore, seed: int, max_s
                          done=lambda: bool(getattr(expert, "episode_done", False)))
     try:
         result = run_episode(env, expert, writer.episode_id, seed=seed, hooks=hooks, max_steps=max_steps,
-                             source=SegmentSource.HUMAN if human else SegmentSource.SCRIPTED, dt=1.0 / fps)
+                             source=SegmentSource.HUMAN if human else SegmentSource.SCRIPTED, dt=1.0 / fps,
+                             steps_after_success=steps_after_success)
     except SpecError as exc:
         writer.discard()
         where = "" if str(exc).startswith("episode") else f"episode {writer.index}, step {added[0]}, field "

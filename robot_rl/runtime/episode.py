@@ -98,7 +98,7 @@ class EpisodeResult:
     """The task ended the episode (rather than a time limit, a cut or an abort)."""
     truncation_reason: str = ""
     """``info["truncation_reason"]`` of the last step ("time_limit" from Gymnasium's TimeLimit), "cut" for
-    ``max_steps`` or an agent's end, "success" for ``stop_on_success``, "" otherwise."""
+    ``max_steps`` or an agent's end, "success" for ``steps_after_success``, "" otherwise."""
     aborted: bool = False
     """The driver's ``abort`` hook ended the take before its end (e.g. re-record): discard it."""
     transitions: list[Transition] = field(default_factory=list)
@@ -124,7 +124,7 @@ class EpisodeHooks:
 def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None = None, human: Human | None = None,
                 base_agent: Any = None, source: SegmentSource = SegmentSource.POLICY, hooks: EpisodeHooks | None = None,
                 max_steps: int | None = None, dt: float | None = None, keep: bool = False,
-                stop_on_success: bool = False) -> EpisodeResult:
+                steps_after_success: int | None = None) -> EpisodeResult:
     """Run one episode of ``agent`` in ``env``; see the module docstring.
 
     Args:
@@ -139,8 +139,10 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
         max_steps: Cut the episode after this many steps (truncated, reason "cut").
         dt: Seconds per step for the transitions' stamps (default: 1 / the env's ``policy_hz``, else 0.1).
         keep: Also return every transition in :attr:`EpisodeResult.transitions`.
-        stop_on_success: End the episode at the first step the env reports success (truncation reason
-            "success"); the success is the same (it counts at any step), evaluations just take less time.
+        steps_after_success: End the episode this many steps after the first step the env reports success
+            (truncated, reason "success"; None: run on). 0 for evaluations: the verdict is the same (success
+            counts at any step) in less time. A few steps for demonstrations: they show the robot settling,
+            not a long hold that would outweigh the task in every training batch.
     """
     hooks = hooks or EpisodeHooks()
     dt = dt if dt is not None else _step_seconds(env)
@@ -156,6 +158,7 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
     obs = to_observation(raw)
     result = EpisodeResult(success=None, length=0, episode_return=0.0)
     ever_success: bool | None = None
+    success_step: int | None = None
     for step in range(10**9):
         if hooks.between_steps is not None:
             hooks.between_steps()
@@ -175,7 +178,11 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
         nxt = to_observation(raw_next)
         if "is_success" in info:
             ever_success = bool(ever_success) or bool(info["is_success"])
-        cut = cut or (max_steps is not None and step + 1 >= max_steps)
+            if ever_success and success_step is None:
+                success_step = step
+        settled = steps_after_success is not None and success_step is not None \
+            and step - success_step >= steps_after_success
+        cut = cut or settled or (max_steps is not None and step + 1 >= max_steps)
         env_truncated = bool(truncated)
         truncated = env_truncated or (cut and not terminated)
         result.length += 1
@@ -193,13 +200,11 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
             if hooks.on_transition is not None:
                 hooks.on_transition(t)
         obs = nxt
-        if stop_on_success and ever_success and not (terminated or truncated):
-            result.truncation_reason = "success"
-            break
         if terminated or truncated:
             result.terminated = bool(terminated)
-            # an env's own truncations give a reason; Gymnasium's TimeLimit gives none; ours is "cut"
-            reason = info.get("truncation_reason", "time_limit" if env_truncated else "cut")
+            # an env's own truncations give a reason; Gymnasium's TimeLimit gives none; ours: "success", "cut"
+            ours = "success" if settled else "cut"
+            reason = info.get("truncation_reason", "time_limit" if env_truncated else ours)
             result.truncation_reason = "" if terminated else str(reason)
             break
     result.intervention_steps, result.takeovers = labeller.human_steps, labeller.takeovers
