@@ -210,3 +210,23 @@ def test_ctrl_c_keeps_committed_episodes_and_drops_the_partial_one(tmp_path: Pat
     assert data.num_episodes >= 1 and data.uncommitted_frames == 0
     assert f"{data.num_episodes} episode(s) in" in out
     assert all(data.episode_info(i).success for i in range(data.num_episodes))
+
+
+def test_steps_after_success_keeps_the_task_and_a_short_settle(tmp_path: Path) -> None:
+    """The take ends N steps after the first success: a prefix of the full take, success kept, cut not ended."""
+    import robot_rl.sim  # noqa: F401
+    from robot_rl.sim.experts import expert_for
+
+    env = gym.make("robot_rl/ArmPickLift-v0")
+    full = EpisodeStore.create(tmp_path / "full.zarr", DatasetInfo(robot="panda", fps=10.0))
+    record(env, expert_for(env), full, episodes=1, seed=11, progress=False)
+    short = EpisodeStore.create(tmp_path / "short.zarr", DatasetInfo(robot="panda", fps=10.0))
+    report = record(env, expert_for(env), short, episodes=1, seed=11, progress=False, steps_after_success=5)
+    whole, cut = list(full.transitions(0)), list(short.transitions(0))
+    lifted = [t.next_observation["object_pos"][2] - whole[0].observation["object_pos"][2] > 0.1 for t in whole]
+    first = lifted.index(True)  # ArmPickLift's success: the cube 10 cm up
+    assert len(cut) == first + 6 == report.lengths[0] < len(whole) == env.spec.max_episode_steps
+    assert short.episode_info(0).success is True and cut[-1].truncated and not cut[-1].terminated
+    np.testing.assert_allclose(np.stack([t.action for t in cut]), np.stack([t.action for t in whole[:len(cut)]]))
+    with pytest.raises(ValueError, match="steps_after_success"):
+        record(env, expert_for(env), short, episodes=1, steps_after_success=-1, progress=False)
