@@ -37,6 +37,19 @@ def _dataset(n: int, seed: int) -> ChunkDataset:
                         horizon=4, aux_keys=["object_pos"])
 
 
+def _fit(policy: Policy, data: ChunkDataset, steps: int, rng: np.random.Generator) -> dict[str, float]:
+    """Plain AdamW steps on random batches; the last step's metrics."""
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-3)
+    policy.train()
+    metrics: dict[str, float] = {}
+    for _ in range(steps):
+        loss, metrics = policy.compute_loss(data.sample(64, rng))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return metrics
+
+
 def test_the_aux_head_learns_where_the_object_is_and_is_not_an_input(tmp_path: Path) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -47,14 +60,7 @@ def test_the_aux_head_learns_where_the_object_is_and_is_not_an_input(tmp_path: P
                         executor=ExecutorConfig(n_action_steps=4))
     policy = FlowPolicy(config, data.spec)
     policy.set_stats(data.stats())
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-3)
-    rng = np.random.default_rng(0)
-    policy.train()
-    for _ in range(250):
-        loss, metrics = policy.compute_loss(data.sample(64, rng))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    metrics = _fit(policy, data, 250, np.random.default_rng(0))
     assert "aux_loss" in metrics
     images, centre = _scenes(64, np.random.default_rng(1))  # unseen scenes
     obs = {"joint_pos": np.zeros((64, 1, 3), np.float32), "front": images[:, None]}
@@ -153,13 +159,7 @@ def test_the_vla_aux_head_finds_the_object_its_instruction_names() -> None:
                        executor=ExecutorConfig(n_action_steps=4))
     policy = VLAPolicy(config, data.spec)
     policy.set_stats(data.stats())
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-3)
-    policy.train()
-    for _ in range(400):
-        loss, _ = policy.compute_loss(data.sample(64, rng))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    _fit(policy, data, 400, rng)
     images, red, blue = _two_squares(64, np.random.default_rng(1))  # unseen scenes, asked both ways
     obs = {"joint_pos": np.zeros((64, 1, 3), np.float32), "front": images[:, None]}
     errors = {}
@@ -197,13 +197,7 @@ def test_with_aux_condition_the_action_network_acts_on_the_estimate_without_bend
     assert all(p.grad is None or not p.grad.any() for p in policy.aux_head.parameters())
     policy.zero_grad()
 
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=3e-3)
-    policy.train()
-    for _ in range(250):
-        loss, _ = policy.compute_loss(data.sample(64, rng))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    _fit(policy, data, 250, rng)
     images, centre = _scenes(64, np.random.default_rng(1))  # unseen scenes
     obs = {"joint_pos": np.zeros((64, 1, 3), np.float32), "front": images[:, None]}
     noise = torch.zeros(64, 4, 2)
