@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     policy = Policy.load(args.policy)
     runner = PolicyRunner(policy, num_steps=args.steps)
-    results: dict[str, object] = {"policy": args.policy, "tasks": {}}
+    results: dict[str, object] = {"policy": args.policy, "seed": args.seed, "tasks": {}}
     t0 = time.perf_counter()
     print(f"{'task':<10} {'success':>9} {'95% CI':>13}")
     for task in TASK_NAMES:
