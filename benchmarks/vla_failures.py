@@ -1,5 +1,6 @@
 """Why a multi-task policy's episodes failed: replay the failed seeds of ``benchmarks/vla_multitask.py``.
 
+The runner is seeded by the episode seed, so a replay is the evaluated episode (on the same machine).
 Push: how far the red cube moved along the way to the ball and how far off that way (a push that went the
 right way and stopped short, or one that went astray). Lifts: where the hand was when the fingers started
 closing (x/y offset and height above the named cube's centre, the cube's yaw relative to the hand; a grasp
@@ -19,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 
-def describe(task: str, obs: list[dict[str, np.ndarray]]) -> str:
-    """One line on what happened in an episode of ``task`` (observations of every step)."""
+def describe(task: str, obs: list[dict[str, np.ndarray]], actions: np.ndarray) -> str:
+    """One line on what happened in an episode of ``task`` (observations of every step, the actions taken)."""
     from robot_rl.control.rotations import quat_yaw
     from robot_rl.sim.experts.arm import wrap_angle
 
@@ -37,8 +38,7 @@ def describe(task: str, obs: list[dict[str, np.ndarray]]) -> str:
         return (f"cube moved {100 * along:.1f} of {100 * np.linalg.norm(want):.1f} cm toward the ball, {off:+.0f} deg "
                 f"off that way; ends {100 * end:.1f} cm from it")
     cube = task.split("_")[1]
-    width = np.array([float(o["gripper_width"][0]) for o in obs])
-    closing = np.flatnonzero(np.diff(width) < -1e-3)
+    closing = np.flatnonzero(actions[:, -1] < 0)  # the gripper command (last dimension): < 0 closes
     k = int(closing[0]) if closing.size else len(obs) - 1
     hand, pos = obs[k]["tcp_pos"], obs[k][f"{cube}_cube_pos"]
     yaw = wrap_angle(quat_yaw(obs[k][f"{cube}_cube_quat"]) - quat_yaw(obs[k]["tcp_quat"]), np.pi / 2)
@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         failed = [report["seed"] + i for i, ok in enumerate(result["successes"]) if not ok][:args.limit]
         env = gym.make("robot_rl/ArmMultiTask-v0", tasks=[task], **env_options_for(policy))
         for seed in failed:
-            steps = run_episode(env, runner, seed=seed, keep=True).transitions
-            print(f"{task} seed {seed}: {describe(task, [steps[0].observation, *(t.next_observation for t in steps)])}")
+            steps = run_episode(env, runner, seed=seed, keep=True).transitions  # seeded: the evaluated episode
+            obs = [steps[0].observation, *(t.next_observation for t in steps)]
+            print(f"{task} seed {seed}: {describe(task, obs, np.stack([t.action for t in steps]))}")
         env.close()
     return 0
 
