@@ -25,13 +25,10 @@ XY, YAW = [0, 1], 5
 """Action dimensions of the arm's Cartesian delta: x, y of the translation and the yaw of the rotation."""
 
 
-def aux_errors(policy: Policy, dataset: str, tasks: np.ndarray) -> list[str]:
-    """One line per auxiliary estimate and task: its mean error at the episode starts."""
-    keys = [*policy.aux_keys, *(["object_yaw_in_hand"] if "object_yaw_in_hand" not in policy.aux_keys else [])]
-    labels = ChunkDataset.from_store(dataset, policy.state_keys, policy.image_keys, policy.config.n_obs_steps,
-                                     policy.config.horizon, aux_keys=[k for k in keys if k != "object_yaw_in_hand"]
-                                     + ["object_yaw_in_hand"])
-    batch = labels.batch(labels.starts)
+def aux_errors(policy: Policy, data: ChunkDataset) -> list[str]:
+    """One line per auxiliary estimate and task: its mean error at the episode starts (``data`` holds the labels)."""
+    tasks = np.array(data.tasks)
+    batch = data.batch(data.starts)
     obs = {k: batch["obs"][k].numpy() for k in (*policy.state_keys, *policy.image_keys)}
     guess = policy.predict_aux(obs, task=batch["task"])
     lines = []
@@ -62,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.policies:
         policy = Policy.load(path).eval()
         data = ChunkDataset.from_store(args.dataset, policy.state_keys, policy.image_keys, policy.config.n_obs_steps,
-                                       policy.config.horizon)
+                                       policy.config.horizon, aux_keys=policy.aux_keys)  # labels: never inputs
         tasks = np.array(data.tasks)
         print(f"{path} ({policy.name}, {policy.config.n_obs_steps} obs steps, aux {policy.aux_keys or 'none'})")
         for sampling in [int(n) for n in args.sampling_steps.split(",") if n] or [None]:
@@ -75,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"      x/y {float(err[:, XY].mean()):.3f}, yaw {float(err[:, YAW].mean()):.3f} "
                               f"({len(err)} episodes) {task}")
         if policy.aux_keys:
-            print("\n".join(aux_errors(policy, args.dataset, tasks)))
+            print("\n".join(aux_errors(policy, data)))
     return 0
 
 

