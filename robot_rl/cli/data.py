@@ -41,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--max-steps", type=int, default=None, help="cut episodes after this many steps")
     rec.add_argument("--steps-after-success", type=int, default=None, metavar="N",
                      help="end each episode N steps after its first success (default: at the time limit)")
+    rec.add_argument("--action-noise", type=float, default=0.0, metavar="SIGMA",
+                     help="DART: execute the expert's action plus Gaussian noise of this std (action units) "
+                     "and record the clean action, so the demonstrations show corrections (default: none)")
+    rec.add_argument("--noise-dims", default=None, metavar="I,J,...",
+                     help="action dimensions the noise perturbs (default: all; e.g. 0,1,2,3,4,5 spares an arm's "
+                     "gripper)")
     rec.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
     rec.add_argument("--task", default=None,
                      help="task text stored with the episodes (default: each episode's instruction when the env "
@@ -131,6 +137,13 @@ def _record(args: argparse.Namespace) -> int:
     if args.image_size:
         overrides["image_size"] = tuple(args.image_size)
     env = gym.make(args.env, **overrides)
+    source = f"gymnasium:{args.env} expert:{args.expert}"
+    if args.action_noise > 0:
+        from robot_rl.data.action_noise import ActionNoise
+
+        dims = None if args.noise_dims is None else [int(d) for d in args.noise_dims.split(",") if d.strip()]
+        env = ActionNoise(env, args.action_noise, dims)
+        source += f" dart:{args.action_noise:g}"
     expert = _make_expert(args.expert, env, args.env)
     out = Path(args.out)
     if out.exists():
@@ -138,7 +151,7 @@ def _record(args: argparse.Namespace) -> int:
         if store.dropped_frames:
             print(f"dropped an incomplete episode ({store.dropped_frames} frames) left by an earlier crash")
     else:
-        info = dataset_info(env, args.env, task=args.task, source=f"gymnasium:{args.env} expert:{args.expert}",
+        info = dataset_info(env, args.env, task=args.task, source=source,
                             robot=args.robot, fps=args.fps)
         store = EpisodeStore.create(out, info)
     try:
