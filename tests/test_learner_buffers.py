@@ -57,6 +57,9 @@ def test_codec_round_trip_is_exact_and_rejects_garbage() -> None:
 def test_ring_keeps_newest_and_save_restore_keeps_counts(tmp_path: Path) -> None:
     buf = ReplayBuffer(capacity=25)
     buf.extend([make(i) for i in range(10)])
+    # camera frames stay uint8 in the ring and in batches (a float copy would take 4x the memory)
+    assert buf.layout["obs.cam"] == buf.layout["next_obs.cam"] == ((4, 5, 3), "uint8")
+    assert buf.sample(4, np.random.default_rng(0))["obs.cam"].dtype == np.uint8
     buf.save(tmp_path / "buf")
     buf.extend([make(i) for i in range(10, 40)])  # wraps around: 40 added, 25 kept
     buf.save(tmp_path / "buf")
