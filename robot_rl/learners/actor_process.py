@@ -38,7 +38,7 @@ from robot_rl.learners.sac_online import ActorWeights, SACAgent
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
 from robot_rl.learners.tcp_transport import RemoteRun
-from robot_rl.learners.transport import BatchingSender, ReconnectingSender, list_versions
+from robot_rl.learners.transport import BackgroundSender, BatchingSender, ReconnectingSender, list_versions
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.runtime.episode import EpisodeHooks, run_episode
 from robot_rl.runtime.policy_runner import PolicyRunner
@@ -125,8 +125,9 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     human_cfg = dataclasses.replace(ac.human, seed=ac.human.seed + index, action_risk=ac.human_risk == "action")
     human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(env_id) if ac.human_risk == "grasp" else None)
     env, agent, base_agent = make_agent(cfg, env, run)
-    if sender is None:
-        sender = ReconnectingSender(run, ac.pending_limit)
+    local = sender is None
+    if sender is None:  # sent from a thread: acting never waits for a learner that is busy training
+        sender = BackgroundSender(ReconnectingSender(run, ac.pending_limit), ac.send_queue)
     else:
         sender.version = lambda: agent.version  # reported to the learner with every batch
     stream = BatchingSender(sender, ac.send_every)
@@ -149,12 +150,12 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
             record = {"actor": index, "task": env_id, "episode": k, "seed": seed, "success": bool(out.success),
                       "steps": out.length, "intervention_steps": out.intervention_steps,
                       "takeovers": out.takeovers, "version_start": start_version, "version_end": agent.version,
-                      "seconds": time.perf_counter() - t0, "t": time.time(), "queued": len(sender.queue)}
+                      "seconds": time.perf_counter() - t0, "t": time.time(), "queued": sender.queued}
             records.append(record)
             with log.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
         # a learner on this machine: deliver what is queued; one over TCP: wait for its checkpoint's acknowledgement
-        sender.flush(timeout=30.0 if isinstance(sender, ReconnectingSender) else cfg.fleet.ack_wait_s)
+        sender.flush(timeout=30.0 if local else cfg.fleet.ack_wait_s)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -36,6 +36,9 @@ class ActorConfig:
     """Steps per transition batch sent to the learner during the episode (not one batch per episode)."""
     pending_limit: int = 100_000
     """Steps an actor keeps while the learner is unreachable (reconnects and sends them later)."""
+    send_queue: int = 1000
+    """Steps the actor's sending thread may hold before acting waits for it (the learner is far behind);
+    bounds the memory of the queue: ~50 kB a step with two 64x64 cameras."""
     human: SimulatedHumanConfig = field(default_factory=SimulatedHumanConfig)
     """The simulated human who watches each actor (its seed is offset by the actor index)."""
     human_risk: str = "grasp"
@@ -55,8 +58,8 @@ class ActorConfig:
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
-        if self.episodes < 1 or self.send_every < 1 or self.pending_limit < 1 or self.num_threads < 1:
-            raise ValueError("episodes, send_every, pending_limit and num_threads must be >= 1")
+        if min(self.episodes, self.send_every, self.pending_limit, self.send_queue, self.num_threads) < 1:
+            raise ValueError("episodes, send_every, pending_limit, send_queue and num_threads must be >= 1")
         if self.human_risk not in ("grasp", "action"):
             raise ValueError(f"human_risk: must be 'grasp' or 'action', got {self.human_risk!r}")
 

@@ -439,6 +439,11 @@ class TcpActorClient:
         """Unacknowledged batches (sequence numbers), for the actor's episode log."""
         return self.outbox.numbers()
 
+    @property
+    def queued(self) -> int:
+        """Unacknowledged batches (on disk until the learner's checkpoint holds them)."""
+        return len(self.outbox.numbers())
+
     def poll_acks(self, timeout: float = 0.0) -> int:
         """Wait up to ``timeout`` for the next acknowledgement (the reader applies them); returns the acked mark."""
         with self._lock:

@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from std_msgs.msg import Bool, Float64, String
 
-from robot_rl.learners.transport import BatchingSender, ReconnectingSender
+from robot_rl.learners.transport import BackgroundSender, BatchingSender, ReconnectingSender
 from robot_rl.ros.qos import EVENTS, LATCHED
 from robot_rl.runtime.step_stream import StepStream
 
 if TYPE_CHECKING:
     from robot_rl.ros.policy_node import PolicyNode
+
+SEND_QUEUE = 1000
+"""Steps the sending thread may hold before a tick waits for it (bounds its memory; see BackgroundSender)."""
 
 
 class StreamingActor:
@@ -31,10 +34,12 @@ class StreamingActor:
     def __init__(self, node: PolicyNode, run: Path, sender: Any = None) -> None:
         self.node = node
         self.stream = StepStream(node.adapter.relabel)
-        self.sender = sender if sender is not None else ReconnectingSender(run, limit=100_000)
-        """The run folder's learner, or a TcpActorClient to a learner on another machine."""
         if sender is not None:
             sender.version = lambda: node.version
+        self.sender = sender if sender is not None else BackgroundSender(ReconnectingSender(run, limit=100_000),
+                                                                         SEND_QUEUE)
+        """A TcpActorClient to a learner on another machine, or the run folder's learner fed from a thread of
+        its own: a control tick never waits for a learner that is busy training."""
         self.batches = BatchingSender(self.sender, node.config.send_every)
         self.human, self.human_gripper = False, 1.0
         self.last_action: np.ndarray | None = None
