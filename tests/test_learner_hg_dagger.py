@@ -152,3 +152,23 @@ def test_a_camera_policy_with_an_aux_head_fine_tunes_on_labelled_and_unlabelled_
     assert learner.update(steps=2)["loss"] > 0
     learner.config.intervention_fraction = 0.0  # demonstrations only: their labels train the head again
     assert "aux_loss" in learner.update(steps=2)
+
+
+def test_demo_part_of_each_batch_oversamples_episode_starts_when_asked() -> None:
+    """A camera policy is cloned with episode starts oversampled; fine-tuning must keep doing so."""
+    data = demos(10, seed=3)
+    frame_of = {tuple(np.round(p, 5)): i for i, p in enumerate(data.columns["pos"])}
+    offset = np.concatenate([np.arange(e - s) for s, e in zip(data.starts, data.ends)])
+
+    def start_share(cfg: HGDAggerConfig) -> float:
+        learner = HGDAggerLearner(make_policy(data), cfg, demos=data)
+        learner.add_rollout(human_rollout(np.random.default_rng(0), 1))
+        batch = learner._batch()
+        demo_part = batch["obs"]["pos"][-(cfg.batch_size - round(cfg.batch_size * cfg.intervention_fraction)):, -1]
+        frames = [frame_of[tuple(np.round(p, 5))] for p in demo_part.numpy()]
+        return float(np.mean(offset[frames] < 3))
+
+    assert start_share(HGDAggerConfig(batch_size=256, start_fraction=0.0)) < 0.3  # uniform: ~3 of 20 frames
+    assert start_share(HGDAggerConfig(batch_size=256, start_fraction=1.0, start_steps=3)) == 1.0
+    with pytest.raises(ValueError, match="start_fraction"):
+        HGDAggerConfig(start_fraction=1.5)

@@ -44,6 +44,12 @@ class HGDAggerConfig:
     """Share of each batch drawn from human segments once there are any (the rest from demos)."""
     grad_clip: float = 1.0
     """Gradient-norm clip."""
+    start_fraction: float = 0.0
+    """Share of the demonstrations' part of each batch drawn from their episode starts (the first ``start_steps``
+    frames), as the behaviour cloning of a camera policy does (its ``start_fraction``): interventions happen
+    mid-episode, so uniform batches thin out the starts, where only the cameras say where the object is."""
+    start_steps: int = 10
+    """Frames from an episode's start that ``start_fraction`` draws from."""
     capacity: int = 200_000
     """Intervention steps kept (oldest dropped first)."""
     seed: int = 0
@@ -52,6 +58,9 @@ class HGDAggerConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.updates_per_round < 1 or self.capacity < 1:
             raise ValueError("batch_size, updates_per_round and capacity must be >= 1")
+        if not 0.0 <= self.start_fraction <= 1.0 or self.start_steps < 1:
+            raise ValueError(f"start_fraction must be in [0, 1] and start_steps >= 1, got {self.start_fraction}, "
+                             f"{self.start_steps}")
         if not 0.0 <= self.intervention_fraction <= 1.0:
             raise ValueError(f"intervention_fraction: must be in [0, 1], got {self.intervention_fraction}")
         if self.lr <= 0 or self.weight_decay < 0 or self.grad_clip <= 0:
@@ -137,7 +146,7 @@ class HGDAggerLearner:
         if n_int and online is not None:
             parts.append(online.sample(n_int, self.rng))
         if cfg.batch_size - n_int and self.demos is not None:
-            parts.append(self.demos.sample(cfg.batch_size - n_int, self.rng))
+            parts.append(self.demos.sample(cfg.batch_size - n_int, self.rng, cfg.start_fraction, cfg.start_steps))
         if len(parts) == 1:
             return parts[0]
         keys = [k for k in parts[0]["obs"] if k in parts[1]["obs"]]  # aux labels only where both parts have them
