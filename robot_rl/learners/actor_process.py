@@ -38,7 +38,7 @@ from robot_rl.learners.sac_online import ActorWeights, SACAgent
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
 from robot_rl.learners.tcp_transport import RemoteRun
-from robot_rl.learners.transport import BackgroundSender, BatchingSender, ReconnectingSender, list_versions
+from robot_rl.learners.transport import BatchingSender, list_versions, local_sender
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.runtime.episode import EpisodeHooks, run_episode
 from robot_rl.runtime.policy_runner import PolicyRunner
@@ -127,7 +127,7 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     env, agent, base_agent = make_agent(cfg, env, run)
     local = sender is None
     if sender is None:  # sent from a thread: acting never waits for a learner that is busy training
-        sender = BackgroundSender(ReconnectingSender(run, ac.pending_limit), ac.send_queue)
+        sender = local_sender(run, ac.pending_limit, ac.send_queue)
     else:
         sender.version = lambda: agent.version  # reported to the learner with every batch
     stream = BatchingSender(sender, ac.send_every)

@@ -16,6 +16,7 @@ from robot_rl.learners.hg_dagger import HGDAggerConfig
 from robot_rl.learners.residual import ResidualConfig
 from robot_rl.learners.rlpd import RLPDConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
+from robot_rl.learners.transport import PENDING_LIMIT, SEND_QUEUE
 from robot_rl.learners.wire import parse_address
 from robot_rl.paths import package_share_dir
 
@@ -34,9 +35,9 @@ class ActorConfig:
     """Episode ``k`` of actor ``i`` resets with seed ``seed + 100_000 * i + k``."""
     send_every: int = 5
     """Steps per transition batch sent to the learner during the episode (not one batch per episode)."""
-    pending_limit: int = 100_000
+    pending_limit: int = PENDING_LIMIT
     """Steps an actor keeps while the learner is unreachable (reconnects and sends them later)."""
-    send_queue: int = 1000
+    send_queue: int = SEND_QUEUE
     """Steps the actor's sending thread may hold before acting waits for it (the learner is far behind);
     bounds the memory of the queue: ~50 kB a step with two 64x64 cameras."""
     human: SimulatedHumanConfig = field(default_factory=SimulatedHumanConfig)

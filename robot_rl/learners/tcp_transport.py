@@ -442,7 +442,7 @@ class TcpActorClient:
     @property
     def queued(self) -> int:
         """Unacknowledged batches (on disk until the learner's checkpoint holds them)."""
-        return len(self.outbox.numbers())
+        return len(self.queue)
 
     def poll_acks(self, timeout: float = 0.0) -> int:
         """Wait up to ``timeout`` for the next acknowledgement (the reader applies them); returns the acked mark."""

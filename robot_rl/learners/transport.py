@@ -370,6 +370,16 @@ class BackgroundSender:
         self.inner.close()
 
 
+PENDING_LIMIT, SEND_QUEUE = 100_000, 1000
+"""Defaults of :func:`local_sender`: steps kept while the learner is away; steps the sending thread may hold
+before acting waits for it (~50 kB a step with two 64x64 cameras)."""
+
+
+def local_sender(run: str | Path, pending_limit: int = PENDING_LIMIT, send_queue: int = SEND_QUEUE) -> BackgroundSender:
+    """What an actor on the learner's machine sends through: the run folder's learner, from a thread of its own."""
+    return BackgroundSender(ReconnectingSender(run, pending_limit), send_queue)
+
+
 class BatchingSender:
     """Collects single steps and hands them to a sender every ``every`` steps (and on :meth:`flush`)."""
 

@@ -17,15 +17,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from std_msgs.msg import Bool, Float64, String
 
-from robot_rl.learners.transport import BackgroundSender, BatchingSender, ReconnectingSender
+from robot_rl.learners.transport import BatchingSender, local_sender
 from robot_rl.ros.qos import EVENTS, LATCHED
 from robot_rl.runtime.step_stream import StepStream
 
 if TYPE_CHECKING:
     from robot_rl.ros.policy_node import PolicyNode
-
-SEND_QUEUE = 1000
-"""Steps the sending thread may hold before a tick waits for it (bounds its memory; see BackgroundSender)."""
 
 
 class StreamingActor:
@@ -36,8 +33,7 @@ class StreamingActor:
         self.stream = StepStream(node.adapter.relabel)
         if sender is not None:
             sender.version = lambda: node.version
-        self.sender = sender if sender is not None else BackgroundSender(ReconnectingSender(run, limit=100_000),
-                                                                         SEND_QUEUE)
+        self.sender = sender if sender is not None else local_sender(run)
         """A TcpActorClient to a learner on another machine, or the run folder's learner fed from a thread of
         its own: a control tick never waits for a learner that is busy training."""
         self.batches = BatchingSender(self.sender, node.config.send_every)
