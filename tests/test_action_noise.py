@@ -93,3 +93,14 @@ def test_cli_records_dart_demonstrations_and_says_so(tmp_path: Path, capsys: pyt
     clean = tmp_path / "clean.zarr"
     assert main([*args, "--out", str(clean)]) == 0
     assert not np.allclose(store.array("observation.qpos")[:5], EpisodeStore.open(clean).array("observation.qpos")[:5])
+    # bad settings: a clear error, and no store is created
+    capsys.readouterr()
+    bad = tmp_path / "bad.zarr"
+    assert main([*args, "--out", str(bad), "--action-noise", "0.3", "--noise-dims", "7"]) == 2
+    assert "dims: [7] out of range for a 2-dimensional action" in capsys.readouterr().out
+    assert main([*args, "--out", str(bad), "--action-noise", "-0.1"]) == 2
+    assert "sigma: must be finite and >= 0" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*args, "--out", str(bad), "--action-noise", "0.3", "--noise-dims", "0,x"])
+    assert "expected comma-separated integers" in capsys.readouterr().err
+    assert not bad.exists()

@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--action-noise", type=float, default=0.0, metavar="SIGMA",
                      help="DART: execute the expert's action plus Gaussian noise of this std (action units) "
                      "and record the clean action, so the demonstrations show corrections (default: none)")
-    rec.add_argument("--noise-dims", default=None, metavar="I,J,...",
+    rec.add_argument("--noise-dims", type=_int_list, default=None, metavar="I,J,...",
                      help="action dimensions the noise perturbs (default: all; e.g. 0,1,2,3,4,5 spares an arm's "
                      "gripper)")
     rec.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
@@ -113,6 +113,14 @@ def _indices(text: str | None, total: int, limit: int | None = None) -> list[int
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _int_list(text: str) -> list[int]:
+    """``--noise-dims``: comma-separated integers."""
+    try:
+        return [int(d) for d in text.split(",") if d.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
 def _record(args: argparse.Namespace) -> int:
     if args.cameras:  # offscreen rendering; MuJoCo picks its GL platform when first imported
         os.environ.setdefault("MUJOCO_GL", "egl")
@@ -138,11 +146,15 @@ def _record(args: argparse.Namespace) -> int:
         overrides["image_size"] = tuple(args.image_size)
     env = gym.make(args.env, **overrides)
     source = f"gymnasium:{args.env} expert:{args.expert}"
-    if args.action_noise > 0:
+    if args.action_noise != 0:  # ActionNoise refuses a negative or non-finite sigma
         from robot_rl.data.action_noise import ActionNoise
 
-        dims = None if args.noise_dims is None else [int(d) for d in args.noise_dims.split(",") if d.strip()]
-        env = ActionNoise(env, args.action_noise, dims)
+        try:
+            env = ActionNoise(env, args.action_noise, args.noise_dims)
+        except ValueError as exc:
+            env.close()
+            print(f"robot-rl data record: error: {exc}")
+            return 2
         source += f" dart:{args.action_noise:g}"
     expert = _make_expert(args.expert, env, args.env)
     out = Path(args.out)
