@@ -73,7 +73,8 @@ def test_hg_dagger_reduces_error_on_intervened_states(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     data = demos(30, seed=0)
     policy = make_policy(data)
-    learner = HGDAggerLearner(policy, HGDAggerConfig(batch_size=32, lr=2e-3, updates_per_round=150), data)
+    cfg = HGDAggerConfig(batch_size=32, lr=2e-3, updates_per_round=150, ema_decay=0.0)  # the raw weights go out
+    learner = HGDAggerLearner(policy, cfg, data)
     learner.update()  # plain BC on the demonstrations
     rng = np.random.default_rng(1)
     rollouts = [human_rollout(rng, i) for i in range(12)]
@@ -85,7 +86,7 @@ def test_hg_dagger_reduces_error_on_intervened_states(tmp_path: Path) -> None:
     # control: the same number of extra steps on demonstrations only
     control = make_policy(data)
     control.load_state_dict(policy.state_dict())
-    control_learner = HGDAggerLearner(control, HGDAggerConfig(batch_size=32, lr=2e-3), data)
+    control_learner = HGDAggerLearner(control, HGDAggerConfig(batch_size=32, lr=2e-3, ema_decay=0.0), data)
     before = action_error(policy, held_out)
     learner.update(100)
     control_learner.update(100)
@@ -172,3 +173,43 @@ def test_demo_part_of_each_batch_oversamples_episode_starts_when_asked() -> None
     assert start_share(HGDAggerConfig(batch_size=256, start_fraction=1.0, start_steps=3)) == 1.0
     with pytest.raises(ValueError, match="start_fraction"):
         HGDAggerConfig(start_fraction=1.5)
+
+
+def test_segments_handed_back_mid_motion_have_no_labels_past_their_end() -> None:
+    """A takeover ends with the human handing control back: the chunk steps after it are the policy's, not
+    labels (with 15-step takeovers and 16-step chunks, padding them as "hold" was half of every target)."""
+    data = demos(4, seed=0)
+    learner = HGDAggerLearner(make_policy(data), HGDAggerConfig(batch_size=256, intervention_fraction=0.5), data)
+    handed_back = human_rollout(np.random.default_rng(0), 1)
+    finished = human_rollout(np.random.default_rng(1), 2)
+    last = finished[-1]
+    finished[-1] = Transition(last.observation, last.next_observation, last.action, 1.0, True, False, 2, last.step,
+                              is_intervention=True, segment_source=SegmentSource.HUMAN, segment_id=1)
+    learner.add_rollout(handed_back + finished)
+    segments = learner.intervention_dataset()
+    assert segments is not None and segments.open_ends.tolist() == [True, False]
+    pads = segments.batch(np.array([14, 29]))["action_is_pad"]  # the last frame of each segment
+    assert pads[0].tolist() == [False] + [True] * (HORIZON - 1) and not pads[1].any()
+    batch = learner._batch()
+    pad = batch["action_is_pad"]
+    assert pad.shape == (256, HORIZON) and not pad[128:].any()  # the demonstrations' part: every step a label
+    assert pad[:128, 1:].any() and not pad[:, 0].any()
+
+
+def test_published_weights_are_a_moving_average_and_are_what_is_saved(tmp_path: Path) -> None:
+    data = demos(4, seed=0)
+    policy = make_policy(data)
+    learner = HGDAggerLearner(policy, HGDAggerConfig(batch_size=16, lr=1e-2, ema_decay=0.9), data)
+    start = {k: v.clone() for k, v in policy.state_dict().items()}
+    assert all(torch.equal(v, learner.published.state_dict()[k]) for k, v in start.items())  # starts at the policy
+    learner.update(1)
+    raw, avg = policy.state_dict(), learner.published.state_dict()
+    name = next(k for k, v in start.items() if v.is_floating_point() and not torch.equal(raw[k], v))
+    assert torch.allclose(avg[name], 0.9 * start[name] + 0.1 * raw[name], atol=1e-6)  # no warm-up: 0.9 at once
+    learner.update(5)
+    assert not torch.equal(learner.published.state_dict()[name], policy.state_dict()[name])
+    learner.save(tmp_path / "ckpt")
+    saved = FlowPolicy.load(tmp_path / "ckpt" / "policy")
+    assert torch.equal(saved.state_dict()[name], learner.published.state_dict()[name])
+    with pytest.raises(ValueError, match="ema_decay"):
+        HGDAggerConfig(ema_decay=1.0)

@@ -266,7 +266,10 @@ class Demo:
         run = self.out / "online"
         if run.exists():
             shutil.rmtree(run)
-        self.results.online = result = run_online(cfg, run)
+        # a hang guard, not a budget: camera episodes took 21-35 s on 2 cores (state ones ~1 s), so a fixed hour
+        # stopped a 200-episode pixel run at episode 179
+        timeout = 3600.0 + s.online_episodes * (60.0 if s.pixels else 10.0)
+        self.results.online = result = run_online(cfg, run, timeout=timeout)
         last = result.learner[-1] if result.learner else {}
         return (f"{len(result.episodes)} episodes, {last.get('updates', 0)} updates, "
                 f"{last.get('human_steps', 0)} human steps, weights v{last.get('version', 0)}")

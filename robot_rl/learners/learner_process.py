@@ -136,7 +136,7 @@ class HGDAggerAlgorithm:
         self.failure: str | None = None
         self.resumed_from: dict[str, int] | None = None
         if (state / "train_state.json").is_file():
-            meta = load_training_state(state, policy, None, self.learner.optimizer)
+            meta = load_training_state(state, policy, self.learner.ema, self.learner.optimizer)
             self.updates = int(meta["step"])
             self.learner.restore_interventions(self.ckpt)
             self.steps = ReplayBuffer.load(self.ckpt / "steps", capacity=lc.capacity)
@@ -182,15 +182,17 @@ class HGDAggerAlgorithm:
         return True
 
     def publish(self, folder: Path, version: int) -> None:
-        """The policy checkpoint, stamped with ``version``."""
-        self.learner.policy.version = version
-        self.learner.policy.save(folder)
+        """The published policy (the weights' moving average), stamped with ``version``."""
+        published = self.learner.published
+        published.version = version
+        published.save(folder)
 
     def checkpoint(self) -> None:
         """Buffers first (append-only), then the state that names their counts (atomic swap)."""
         self.steps.save(self.ckpt / "steps")
         self.learner.interventions.save(self.ckpt / "interventions")
-        save_training_state(self.ckpt / "state", self.learner.policy, None, self.learner.optimizer, self.updates,
+        save_training_state(self.ckpt / "state", self.learner.policy, self.learner.ema, self.learner.optimizer,
+                            self.updates,
                             {"steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added})
 
 

@@ -227,8 +227,12 @@ class Policy(nn.Module):
         """Size of :meth:`features` (the observation encoder's output by default)."""
         return self.encoder.out_dim
 
-    def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Loss on normalised action chunks (B, H, A) given the conditioning (B, C)."""
+    def _loss(self, actions: torch.Tensor, cond: torch.Tensor,
+              valid: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss on normalised action chunks (B, H, A) given the conditioning (B, C).
+
+        ``valid`` (B, H) marks the chunk steps that are labels; None: all (see :mod:`robot_rl.policies.losses`).
+        """
         raise NotImplementedError
 
     def _sample(self, noise: torch.Tensor, cond: torch.Tensor, num_steps: int | None) -> torch.Tensor:
@@ -263,7 +267,8 @@ class Policy(nn.Module):
             raise RuntimeError("normaliser not fitted: call set_stats(dataset statistics) before training")
         cond = self.condition(batch["obs"], batch.get("task"))
         actions = self.normalizer.normalize("action", batch["action"].float())
-        loss, metrics = self._loss(actions, cond)
+        pad = batch.get("action_is_pad")  # steps past a handed-back human segment: not labels
+        loss, metrics = self._loss(actions, cond, None if pad is None else ~pad.bool())
         if self.aux_head is not None and all(k in batch["obs"] for k in self.aux_keys):  # labels: where recorded
             aux = self.aux_loss(batch["obs"])
             metrics["aux_loss"] = float(aux.item())

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
-from torch.nn import functional as F
 
 from robot_rl.policies.base import Policy, PolicyConfig, PolicySpec
+from robot_rl.policies.losses import chunk_mse
 
 
 @dataclass
@@ -70,14 +70,15 @@ class DiffusionPolicy(Policy):
         self.register_buffer("alphas_cumprod", cosine_alphas_cumprod(self.config.num_train_steps).float(),
                              persistent=False)
 
-    def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def _loss(self, actions: torch.Tensor, cond: torch.Tensor,
+              valid: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         b = actions.shape[0]
         k = torch.randint(0, self.config.num_train_steps, (b,), device=actions.device)
         noise = torch.randn_like(actions)
         abar = self.alphas_cumprod[k][:, None, None]
         noisy = abar.sqrt() * actions + (1 - abar).sqrt() * noise
         pred, _ = self.net(noisy, self._time(k), cond)
-        loss = F.mse_loss(pred, noise if self.config.prediction == "epsilon" else actions)
+        loss = chunk_mse(pred, noise if self.config.prediction == "epsilon" else actions, valid)
         return loss, {"loss": loss.item()}
 
     def _time(self, k: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
-from torch.nn import functional as F
 
 from robot_rl.policies.base import Policy, PolicyConfig
+from robot_rl.policies.losses import chunk_mse
 
 
 @dataclass
@@ -50,12 +50,13 @@ class FlowPolicy(Policy):
     config_cls: ClassVar[type[PolicyConfig]] = FlowConfig
     config: FlowConfig
 
-    def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def _loss(self, actions: torch.Tensor, cond: torch.Tensor,
+              valid: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         noise = torch.randn_like(actions)
         t = sample_time(actions.shape[0], self.config.time_sampling, device=actions.device)
         x_t = (1 - t[:, None, None]) * noise + t[:, None, None] * actions
         out = self.net(x_t, t[:, None], cond)[0]
-        loss = F.mse_loss(out, actions if self.config.prediction == "sample" else actions - noise)
+        loss = chunk_mse(out, actions if self.config.prediction == "sample" else actions - noise, valid)
         return loss, {"loss": loss.item()}
 
     def _velocity(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ from torch.func import jvp
 from torch.nn import functional as F
 
 from robot_rl.policies.base import Policy, PolicyConfig
+from robot_rl.policies.losses import step_weights
 
 
 @dataclass
@@ -119,7 +120,8 @@ class MeanFlowPolicy(Policy):
         t[boundary], s[boundary] = 0.0, 1.0
         return t, s
 
-    def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def _loss(self, actions: torch.Tensor, cond: torch.Tensor,
+              valid: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.config
         b = actions.shape[0]
         noise = torch.randn_like(actions)
@@ -134,7 +136,7 @@ class MeanFlowPolicy(Policy):
             u_fn, (z, t, s), (v, torch.ones_like(t), torch.zeros_like(s)), has_aux=True)
         target = (v + (s - t).clamp(0, 1)[:, None, None] * dudt).detach()
         scale = self._endpoint_scale(t)[:, None, None] if cfg.prediction == "sample" else 1.0
-        per_sample = ((u - target) * scale).pow(2).flatten(1).sum(1)  # "sample": the error of the endpoint
+        per_sample = (((u - target) * scale).pow(2) * step_weights(valid, u)).flatten(1).sum(1)  # "sample": endpoint
         weight = 1.0 / (per_sample.detach() + cfg.adaptive_eps) ** cfg.adaptive_power
         mf_loss = (weight * per_sample).mean()
         disp = dispersive_loss(hidden, cfg.dispersive_temperature) if cfg.dispersive_weight > 0 else u.sum() * 0

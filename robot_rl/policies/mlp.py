@@ -114,8 +114,12 @@ class MLPPolicy(Policy):
         mean = self.mlp(cond.clamp(-cfg.obs_clip, cfg.obs_clip))[:, : self.spec.action_dim]
         return torch.tanh(mean) if cfg.squash == "tanh" else mean.clamp(-1.0, 1.0)
 
-    def _loss(self, actions: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Behaviour cloning (so ``robot-rl train`` can also fit one): MSE of the mean to the first action."""
+    def _loss(self, actions: torch.Tensor, cond: torch.Tensor,
+              valid: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """Behaviour cloning (so ``robot-rl train`` can also fit one): MSE of the mean to the first action.
+
+        The first action is always a label (``valid`` only ever marks steps after a segment's end).
+        """
         loss = F.mse_loss(self.mean_action(cond), actions[:, 0].clamp(-1.0, 1.0))
         return loss, {"loss": loss.item()}
 

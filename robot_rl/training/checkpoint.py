@@ -96,7 +96,8 @@ def load_training_state(folder: Path, policy: Policy, ema: Averaged | None, opti
         raise CheckpointError(f"{folder}: training state does not match the policy (e.g. {bad[:3]})")
     policy.load_state_dict(model, strict=True)
     if ema is not None:
-        ema.load_state_dict({k[len("ema."):]: v for k, v in tensors.items() if k.startswith("ema.")}, strict=True)
+        averaged = {k[len("ema."):]: v for k, v in tensors.items() if k.startswith("ema.")}
+        ema.load_state_dict(averaged or model, strict=True)  # a state saved without an average starts one here
         ema.count = int(meta.get("ema_count", int(meta["step"]) + 1))
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():

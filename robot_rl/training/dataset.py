@@ -3,7 +3,9 @@
 The whole dataset is read into memory once (state-only pick-and-lift with 100 demos is a few MB; small
 camera images are a few hundred MB), then batches are gathered with numpy indexing. A window never
 crosses an episode boundary: observations before the episode start repeat the first frame and actions
-past the end repeat the last action, as in diffusion_policy's sequence sampler.
+past the end repeat the last action, as in diffusion_policy's sequence sampler. Segments that end before
+the robot stopped (``open_ends``: a human handing control back) mark those actions in ``action_is_pad``
+instead, and the policies leave them out of the loss (:mod:`robot_rl.policies.losses`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ class ChunkDataset:
 
     def __init__(self, columns: dict[str, np.ndarray], actions: np.ndarray, episode_ends: np.ndarray,
                  tasks: Sequence[str], image_keys: Sequence[str], n_obs_steps: int, horizon: int,
-                 robot: str = "", control_mode: str = "", aux_keys: Sequence[str] = ()) -> None:
+                 robot: str = "", control_mode: str = "", aux_keys: Sequence[str] = (),
+                 open_ends: Sequence[bool] | np.ndarray | None = None) -> None:
         self.columns, self.actions = columns, actions
         self.aux_keys = list(aux_keys)  # privileged labels: in the batches, not in the policy's state
         missing = [k for k in self.aux_keys if k not in columns]
@@ -48,6 +51,10 @@ class ChunkDataset:
         if not np.all(np.isfinite(actions)):
             raise DatasetError("action: contains NaN or inf; clean the dataset before training")
         self.episode_of = np.repeat(np.arange(self.ends.size), self.ends - self.starts)
+        self.open_ends = np.zeros(self.ends.size, bool) if open_ends is None else np.asarray(open_ends, bool)
+        """Per episode: True when its recorded actions stop while the robot went on (what follows is no label)."""
+        if self.open_ends.shape != self.ends.shape:
+            raise DatasetError(f"open_ends: {self.open_ends.size} flags for {self.ends.size} episodes")
 
     @classmethod
     def from_store(cls, path: str | Path, state_keys: Sequence[str] | None, image_keys: Sequence[str],
@@ -116,15 +123,21 @@ class ChunkDataset:
         return compute_stats([batch])
 
     def batch(self, indices: np.ndarray) -> dict[str, Any]:
-        """Windows at frames ``indices``: obs (B, To, ...), action (B, H, A), task list."""
+        """Windows at frames ``indices``: obs (B, To, ...), action (B, H, A), task list.
+
+        With open-ended episodes, also ``action_is_pad`` (B, H): the chunk steps past such an episode's end.
+        """
         idx = np.asarray(indices, dtype=np.int64)
         ep = self.episode_of[idx]
         start, end = self.starts[ep], self.ends[ep]
         obs_idx = np.maximum(idx[:, None] + np.arange(-self.n_obs_steps + 1, 1), start[:, None])
-        act_idx = np.minimum(idx[:, None] + np.arange(self.horizon), end[:, None] - 1)
+        ahead = idx[:, None] + np.arange(self.horizon)
+        act_idx = np.minimum(ahead, end[:, None] - 1)
         obs = {k: torch.from_numpy(v[obs_idx]) for k, v in self.columns.items()}
-        return {"obs": obs, "action": torch.from_numpy(self.actions[act_idx]),
-                "task": [self.tasks[e] for e in ep]}
+        out = {"obs": obs, "action": torch.from_numpy(self.actions[act_idx]), "task": [self.tasks[e] for e in ep]}
+        if self.open_ends.any():
+            out["action_is_pad"] = torch.from_numpy((ahead >= end[:, None]) & self.open_ends[ep][:, None])
+        return out
 
     def sample(self, batch_size: int, rng: np.random.Generator, start_fraction: float = 0.0,
                start_steps: int = 10) -> dict[str, Any]:
