@@ -121,7 +121,7 @@ def test_wrong_key_and_garbage_are_refused(tmp_path: Path) -> None:
         obs = {"s": np.zeros(1, np.float32)}
         good.send([Transition(obs, obs, np.zeros(1, np.float32), 0.0, False, False, 0, 0)])
         got: list[Transition] = []
-        while (len(got) < 1 or not server.dropped) and time.monotonic() < deadline:  # read on the server's thread
+        while len(got) < 1 and time.monotonic() < deadline:
             got += server.receive(timeout=0.1)
         assert len(got) == 1
         assert any("malformed" in d for d in server.dropped) and server.num_actors == 1

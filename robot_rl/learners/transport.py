@@ -44,9 +44,6 @@ T = TypeVar("T")
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Largest accepted transition batch (a corrupt length header must not allocate gigabytes)."""
-INBOX_BYTES = 512 * 1024 * 1024
-"""Received bytes not yet collected by the learner at which the server stops reading (the actors then wait
-in their own bounded queues: back-pressure, nothing dropped)."""
 VERSION_DIR = re.compile(r"^v(\d+)$")
 
 
@@ -72,32 +69,19 @@ class TransitionReceiver(Protocol):
 
 
 class SocketTransitionServer:
-    """Learner end: a local socket many actors connect to. ``address`` / ``authkey`` go to the actors.
+    """Learner end: a local socket many actors connect to. ``address`` / ``authkey`` go to the actors."""
 
-    A reader thread takes batches off the sockets as they arrive, so an actor's sends do not wait for the
-    learner to finish its update cycle (camera steps of ~50 kB fill a socket's buffer in a few steps; read
-    only between cycles, a pixel actor's episodes went from 5 s to 21-35 s). :meth:`receive` hands over what
-    was read; beyond ``inbox_bytes`` uncollected bytes the reader pauses.
-    """
-
-    def __init__(self, address: str | None = None, authkey: bytes | None = None,
-                 inbox_bytes: int = INBOX_BYTES) -> None:
+    def __init__(self, address: str | None = None, authkey: bytes | None = None) -> None:
         self.authkey = authkey or secrets.token_bytes(32)
         self._listener = Listener(address, family="AF_UNIX", authkey=self.authkey)
         self.address: str = str(self._listener.address)
         self._conns: list[Connection] = []
         self._lock = threading.Lock()
-        self._arrived = threading.Condition(self._lock)
-        self._inbox: list[Transition] = []
-        self._inbox_bytes = 0
-        self.inbox_bytes = inbox_bytes
         self._closed = False
         self.dropped: list[str] = []
         """Why connections were dropped (disconnects, malformed payloads)."""
         self._thread = threading.Thread(target=self._accept, name="transition-accept", daemon=True)
         self._thread.start()
-        self._reader = threading.Thread(target=self._read, name="transition-reader", daemon=True)
-        self._reader.start()
 
     @property
     def num_actors(self) -> int:
@@ -118,41 +102,26 @@ class SocketTransitionServer:
             with self._lock:
                 self._conns.append(conn)
 
-    def _read(self) -> None:
-        """The reader thread: whole batches off every ready socket into the inbox, until closed."""
-        while not self._closed:
-            with self._lock:
-                conns = list(self._conns)
-                full = self._inbox_bytes >= self.inbox_bytes
-            if not conns or full:
-                time.sleep(0.005)
-                continue
-            try:
-                ready = wait(conns, 0.05)
-            except (OSError, ValueError):  # a connection closed under us; the next round sees the new set
-                continue
-            for conn in ready:
-                assert isinstance(conn, Connection)
+    def receive(self, timeout: float = 0.0) -> list[Transition]:
+        """Transitions from every actor that sent something (waits up to ``timeout`` for the first)."""
+        with self._lock:
+            conns = list(self._conns)
+        out: list[Transition] = []
+        if not conns:
+            return out
+        for conn in wait(conns, timeout):
+            assert isinstance(conn, Connection)
+            while True:
                 try:
-                    payload = conn.recv_bytes(MAX_MESSAGE_BYTES)
-                    batch = decode_transitions(payload)
+                    out.extend(decode_transitions(conn.recv_bytes(MAX_MESSAGE_BYTES)))
                 except (EOFError, OSError) as exc:
                     self._drop(conn, f"actor disconnected ({type(exc).__name__})")
-                    continue
+                    break
                 except SpecError as exc:
                     self._drop(conn, f"malformed batch refused: {exc}")
-                    continue
-                with self._arrived:
-                    self._inbox.extend(batch)
-                    self._inbox_bytes += len(payload)
-                    self._arrived.notify_all()
-
-    def receive(self, timeout: float = 0.0) -> list[Transition]:
-        """Every transition read since the last call, in arrival order (waits up to ``timeout`` for one)."""
-        with self._arrived:
-            if not self._inbox and timeout > 0:
-                self._arrived.wait(timeout)
-            out, self._inbox, self._inbox_bytes = self._inbox, [], 0
+                    break
+                if not conn.poll(0):
+                    break
         return out
 
     def _drop(self, conn: Connection, why: str) -> None:
@@ -163,10 +132,9 @@ class SocketTransitionServer:
         conn.close()
 
     def close(self) -> None:
-        """Stop accepting and reading, and close every connection (what was read stays for :meth:`receive`)."""
+        """Stop accepting and close every connection."""
         self._closed = True
         self._listener.close()
-        self._reader.join(timeout=1.0)
         with self._lock:
             for conn in self._conns:
                 conn.close()
