@@ -19,6 +19,7 @@ import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config, save_config
 from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import ReplayBuffer
+from robot_rl.learners.delivery import read_commit
 from robot_rl.learners.online import CONFIG_FILE, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.simulated_human import SimulatedHuman, SimulatedHumanConfig
@@ -160,6 +161,10 @@ def test_killed_learner_restarts_with_its_buffers_and_the_actor_keeps_going(tiny
         assert saved.total_added >= before["steps"] and human.total_added >= before["human_steps"]
         assert all(t.is_intervention for t in human.transitions())
         killed_version = max(v for v, _ in list_versions(tmp_path / "weights"))
+        commit = read_commit(tmp_path / "checkpoint")
+        assert commit is not None
+        committed = {name: int(rows) for name, rows in commit["buffers"].items()}
+        assert committed["steps"] <= saved.total_added and committed["interventions"] <= human.total_added
         time.sleep(1.0)  # the actor runs on without its learner, queueing steps
 
         (tmp_path / "learner.json").unlink()
@@ -168,8 +173,10 @@ def test_killed_learner_restarts_with_its_buffers_and_the_actor_keeps_going(tiny
             assert time.monotonic() < deadline and learner.poll() is None
             time.sleep(0.05)
         resumed = json.loads((tmp_path / "learner.json").read_text())["resumed_from"]
-        assert resumed == {"updates": before["updates"], "steps": saved.total_added,
-                           "human_steps": human.total_added}
+        # the buffers as the last commit holds them: a kill between saving them and writing the commit leaves
+        # rows the restart cuts away (the state's update count is the newer one)
+        assert resumed == {"updates": before["updates"], "steps": committed["steps"],
+                           "human_steps": committed["interventions"]}
         # wait for the events asserted below (not for timing luck on a loaded machine): the actor has
         # finished 6 episodes and swapped in a version the restarted learner published
         deadline = time.monotonic() + 300
@@ -186,8 +193,8 @@ def test_killed_learner_restarts_with_its_buffers_and_the_actor_keeps_going(tiny
                 p.kill()
         log.close()
     after = ReplayBuffer.load(tmp_path / "checkpoint" / "steps")
-    assert after.total_added > saved.total_added  # steps sent after the restart (and queued meanwhile) arrived
-    old, new = saved.transitions(), after.transitions()[: saved.total_added]
+    assert after.total_added > committed["steps"]  # steps sent after the restart (and queued meanwhile) arrived
+    old, new = saved.transitions()[: committed["steps"]], after.transitions()[: committed["steps"]]
     assert all(a.episode_id == b.episode_id and a.step == b.step and np.array_equal(a.action, b.action)
                for a, b in zip(old, new, strict=True))  # the restarted buffer continues the old one
     episodes = read_jsonl(tmp_path / "actor_0.jsonl")
