@@ -34,9 +34,6 @@ from robot_rl.training.dataset import ChunkDataset
 from robot_rl.training.labels import label_columns
 from robot_rl.training.loop import Ema
 
-NO_WARMUP = 10**9
-"""EMA count that puts the decay at its configured value at once (the loaded policy is no fresh network)."""
-
 
 @dataclass
 class HGDAggerConfig:
@@ -103,10 +100,7 @@ class HGDAggerLearner:
         self._dataset: ChunkDataset | None = None
         if demos is not None and not bool(policy.normalizer.fitted):
             policy.set_stats(demos.stats())
-        self.ema: Ema | None = None
-        if self.config.ema_decay > 0:
-            self.ema = Ema(policy, self.config.ema_decay)
-            self.ema.count = NO_WARMUP
+        self.ema = Ema(policy, self.config.ema_decay, warmup=False) if self.config.ema_decay > 0 else None
 
     @property
     def published(self) -> Policy:

@@ -153,10 +153,15 @@ def ema_warmup_multi_avg_fn(decay: float) -> Callable[[Any, Any, torch.Tensor | 
 
 
 class Ema:
-    """Exponential moving average of a policy's parameters (buffers copied), kept as a second policy."""
+    """Exponential moving average of a policy's parameters (buffers copied), kept as a second policy.
 
-    def __init__(self, policy: Policy, decay: float) -> None:
-        self.averaged = AveragedModel(_Rebuilt(policy), multi_avg_fn=ema_warmup_multi_avg_fn(decay))
+    ``warmup``: the decay ramps up over the first updates (a fresh network's early weights are soon left
+    behind); without it the decay holds from the start, for a policy that is already an average (fine-tuning).
+    """
+
+    def __init__(self, policy: Policy, decay: float, warmup: bool = True) -> None:
+        avg_fn = ema_warmup_multi_avg_fn(decay) if warmup else get_ema_multi_avg_fn(decay)
+        self.averaged = AveragedModel(_Rebuilt(policy), multi_avg_fn=avg_fn)
         holder = self.averaged.module
         assert isinstance(holder, _Rebuilt)
         self.module: Policy = holder.policy
