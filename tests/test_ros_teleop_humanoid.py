@@ -84,7 +84,8 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                     twist_to_msg(np.r_[NAV[:2], 0.0], np.r_[0.0, 0.0, NAV[2]], time.time_ns(), "base")))
 
             def ready() -> bool:
-                return len(got["targets"]) > 5 and any("episode open" in s for s in got["status"])
+                return len(got["targets"]) > 5 and any("episode open" in s and "intervention off" in s
+                                                       for s in got["status"])
             assert spin(60, until=ready), graph.log("policy") + graph.log("recorder")
             writer = os.open(fifo, os.O_WRONLY)
             spin(1.0)

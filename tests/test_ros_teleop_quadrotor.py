@@ -58,12 +58,17 @@ def flight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         writer = None
         try:
             node.create_subscription(PoseStamped, "/odom/pose", lambda m: got["odom"].append(pose_from_msg(m)[0]), 10)
-            node.create_subscription(PoseStamped, "/teleop/target_pose", got["targets"].append, 10)
+            targets = node.create_subscription(PoseStamped, "/teleop/target_pose", got["targets"].append, 10)
             node.create_subscription(Bool, "/intervention", lambda m: got["intervention"].append(m.data), LATCHED)
             node.create_subscription(String, "/recorder/status", lambda m: got["status"].append(m.data), LATCHED)
             success = node.create_client(Trigger, "/teleop/success")
-            assert spin_until(node, 60, until=lambda: any("episode open" in s for s in got["status"])), (
-                graph.log("recorder") + graph.log("sim"))
+
+            def connected() -> bool:  # discovery can take seconds under load: act only once everyone hears the teleop
+                return (any("episode open" in s and "intervention off" in s for s in got["status"])
+                        and got["intervention"][:1] == [False] and targets.get_publisher_count() > 0
+                        and len(got["odom"]) > 0)
+            assert spin_until(node, 60, until=connected), (got["status"], got["intervention"], graph.log("recorder"))
+            assert abs(got["odom"][-1][2] - 1.0) < 0.05, (got["odom"][-1], graph.log("safety"), graph.log("sim"))
             writer = os.open(fifo, os.O_WRONLY)
             spin_until(node, 0.5)
             got["hover"] = got["odom"][-1].copy()

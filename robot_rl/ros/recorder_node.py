@@ -9,7 +9,9 @@ human interventions), else ``target_pose`` + ``target_gripper`` from the policy;
 holding the current pose. The action is an absolute tool target ``[x, y, z, qw, qx, qy, qz, gripper]`` in the
 base frame. ``episode_event`` (String) ends episodes: success / failure commit, rerecord discards the take,
 stop commits and pauses recording until ``~/start``. A crash loses at most the open episode; earlier ones stay
-readable.
+readable. ``recorder/status`` (latched String) says whether an episode is open, how many are stored and which
+``intervention`` state the recorder has heard ("intervention not heard" until a teleop node's flag arrives), so an
+operator, or a test, knows the human's takeover will be recorded before making one.
 
 A humanoid or a quadrotor (no tool pose) is recorded by :mod:`robot_rl.ros.floating_base_recording`: the env's
 odometry keys, the walking ``command`` / the flight setpoint the human set, and the policy's action in its
@@ -106,6 +108,8 @@ class RecorderNode(Node):
                                             None if self.floating is None else self.floating.rule)
         self.active = True
         self.human = False
+        self.human_heard = False
+        """Whether the latched intervention flag has arrived (DDS discovery can take seconds on a loaded machine)."""
         self.joint: tuple[np.ndarray, np.ndarray, float] | None = None
         self.qstate: tuple[np.ndarray, np.ndarray] | None = None
         self.pose: tuple[np.ndarray, np.ndarray] | None = None
@@ -117,7 +121,7 @@ class RecorderNode(Node):
         self.create_subscription(PoseStamped, "teleop/target_pose", lambda m: self._on_target(m, "human"), 10)
         self.create_subscription(Float64, "target_gripper", lambda m: self._on_gripper(m, "policy"), 10)
         self.create_subscription(Float64, "teleop/gripper", lambda m: self._on_gripper(m, "human"), 10)
-        self.create_subscription(Bool, "intervention", lambda m: setattr(self, "human", bool(m.data)), LATCHED)
+        self.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
         self.create_subscription(String, "episode_event", self._on_event, EVENTS)
         shape = (cfg.image_height, cfg.image_width, 3) if cfg.image_width else None
         self.cameras = {topic.strip("/").split("/")[0]: CameraInput(self, topic, shape, self._warn)
@@ -156,6 +160,12 @@ class RecorderNode(Node):
             self.grippers[source] = float(np.clip(msg.data, 0.0, 1.0))
 
 
+    def _on_intervention(self, msg: Bool) -> None:
+        changed = not self.human_heard or self.human != bool(msg.data)
+        self.human, self.human_heard = bool(msg.data), True
+        if changed:
+            self._status()
+
     def _on_event(self, msg: String) -> None:
         event = msg.data.strip().lower()
         if event not in ("success", "failure", "stop", "rerecord"):
@@ -175,7 +185,9 @@ class RecorderNode(Node):
 
     def _status(self) -> None:
         state = f"episode open, {self.recorder.steps} steps" if self.recorder.recording else "idle"
-        self.pub_status.publish(String(data=f"{state}; {self.store.num_episodes} episodes in store"))
+        human = "not heard" if not self.human_heard else "ON" if self.human else "off"
+        stored = f"{self.store.num_episodes} episodes in store"
+        self.pub_status.publish(String(data=f"{state}; {stored}; intervention {human}"))
 
     def _tick(self) -> None:
         if not self.active or (self.floating is None and (self.joint is None or self.pose is None)):
