@@ -22,6 +22,7 @@ from robot_rl.control import kernels
 from robot_rl.control.arm_model import MujocoArmModel
 from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.joint_pd import per_joint
+from robot_rl.control.kernels import CompiledLaw
 from robot_rl.control.kernels.mujoco_c import address
 from robot_rl.control.rotations import mat_to_quat
 from robot_rl.control.targets import JointTarget, PoseTarget, StiffnessTarget, WrenchTarget
@@ -108,7 +109,7 @@ class CartesianConfig:
             raise ConfigError(f"CartesianConfig.stiffness: {self.stiffness} exceeds max_stiffness {self.max_stiffness}")
 
 
-class CartesianImpedanceController(Controller):
+class CartesianImpedanceController(CompiledLaw, Controller):
     """Compliant end-effector pose tracking for a torque-controlled arm (see module docstring).
 
     Its memory (filtered target, stiffness, previous torque, last stamp) and current targets live in fixed
@@ -155,8 +156,8 @@ class CartesianImpedanceController(Controller):
         self._last_stamp = np.full(1, np.nan)
         nv = model.model.nv  # the compiled law's workspace: full-width Jacobians
         self._jac_full, self._jm_full, self._jac_com = np.zeros((6, nv)), np.zeros((6, nv)), np.zeros((3, nv))
-        self._kernels = kernels.load()
-        self._params = None if self._kernels is None else self._kernel_params()
+        self._params: np.ndarray | None = None
+        self._init_kernels()
 
     @property
     def last_error(self) -> np.ndarray:
@@ -168,18 +169,8 @@ class CartesianImpedanceController(Controller):
         """One torque per arm joint."""
         return self.embodiment.n_joints
 
-    @property
-    def compiled(self) -> bool:
-        """Whether :meth:`compute` runs the compiled law (False: the numpy reference)."""
-        return self._kernels is not None
-
-    @compiled.setter
-    def compiled(self, value: bool) -> None:
-        self._kernels = kernels.load() if value else None
-        if value and self._kernels is None:
-            raise RuntimeError(f"compiled kernels unavailable: {kernels.unavailable_reason()}")
-        if self._kernels is not None and self._params is None:
-            self._params = self._kernel_params()
+    def _prepare_kernels(self) -> None:
+        self._params = self._kernel_params()
 
     def _kernel_params(self) -> np.ndarray:
         """The compiled law's parameter vector (its layout: the ``CP_*`` names of the kernels module)."""

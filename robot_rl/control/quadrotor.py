@@ -16,6 +16,7 @@ import numpy as np
 
 from robot_rl.control import kernels
 from robot_rl.control.base import Controller, RobotState, TargetRejected
+from robot_rl.control.kernels import CompiledLaw
 from robot_rl.control.rotations import quat_to_mat, quat_yaw
 from robot_rl.control.targets import BodyRateTarget, FlightTarget
 from robot_rl.core.config import ConfigError
@@ -154,7 +155,7 @@ def cross3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 _ZERO3 = np.zeros(3)  # an absent feed-forward for the compiled law (never written)
 
 
-class QuadrotorController(Controller):
+class QuadrotorController(CompiledLaw, Controller):
     """Cascaded position/attitude/rate controller; ``compute`` returns per-rotor thrusts [N] (4 values).
 
     The simulator maps them to its actuators (thrust + yaw-torque motors) through a motor model;
@@ -182,24 +183,12 @@ class QuadrotorController(Controller):
         self._motor_est = np.full(4, params.mass * params.gravity / 4)
         self.landed = False
         """True once the fail-safe landing has switched the motors off."""
-        self._kernels = kernels.load()
         self._params: np.ndarray | None = None
         self._gains: np.ndarray | None = None
-        if self._kernels is not None:
-            self._params, self._gains = self.kernel_params()
+        self._init_kernels()
 
-    @property
-    def compiled(self) -> bool:
-        """Whether :meth:`compute` runs the compiled law (False: the numpy reference)."""
-        return self._kernels is not None
-
-    @compiled.setter
-    def compiled(self, value: bool) -> None:
-        self._kernels = kernels.load() if value else None
-        if value and self._kernels is None:
-            raise RuntimeError(f"compiled kernels unavailable: {kernels.unavailable_reason()}")
-        if self._kernels is not None and self._params is None:
-            self._params, self._gains = self.kernel_params()
+    def _prepare_kernels(self) -> None:
+        self._params, self._gains = self.kernel_params()
 
     def kernel_params(self) -> tuple[np.ndarray, np.ndarray]:
         """The compiled law's ``p`` (layout: the ``QP_*`` names of the kernels module) and (5, 3) ``gains``."""

@@ -41,3 +41,35 @@ def load() -> ModuleType | None:
     from robot_rl.control.kernels import compiled
 
     return compiled
+
+
+class CompiledLaw:
+    """A controller whose law runs compiled by default, with the numpy reference one switch away.
+
+    Subclasses call :meth:`_init_kernels` at the end of ``__init__`` and pack their constants for the kernel
+    in :meth:`_prepare_kernels` (once, the first time the compiled path is on).
+    """
+
+    _kernels: ModuleType | None
+    _params: object
+
+    def _init_kernels(self) -> None:
+        self._kernels, self._params = load(), None
+        if self._kernels is not None:
+            self._prepare_kernels()
+
+    def _prepare_kernels(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def compiled(self) -> bool:
+        """Whether :meth:`compute` runs the compiled law (False: the numpy reference)."""
+        return self._kernels is not None
+
+    @compiled.setter
+    def compiled(self, value: bool) -> None:
+        self._kernels = load() if value else None
+        if value and self._kernels is None:
+            raise RuntimeError(f"compiled kernels unavailable: {unavailable_reason()}")
+        if self._kernels is not None and self._params is None:
+            self._prepare_kernels()
