@@ -99,6 +99,10 @@ class OnlineAlgorithm(Protocol):
         """Gradient steps allowed now (0 while waiting for data)."""
         ...
 
+    def updates_owed(self) -> int:
+        """Updates the update-to-data ratio allows beyond those done (not capped per cycle; pacing reads it)."""
+        ...
+
     def update(self, n: int) -> dict[str, float]:
         """``n`` gradient steps; returns metrics with a ``loss``."""
         ...
@@ -163,13 +167,16 @@ class HGDAggerAlgorithm:
         """None: every step goes straight into the buffers."""
         return []
 
-    def train_allowed(self) -> int:
-        """0 until enough human data, then bounded by the update-to-data ratio."""
+    def updates_owed(self) -> int:
+        """0 until enough human data, then what the update-to-data ratio allows beyond the updates done."""
         lc = self.lc
         if self.learner.num_intervention_steps < max(1, lc.min_intervention_steps):
             return 0
-        budget = int(lc.update_to_data * self.steps.total_added) - self.updates
-        return max(0, min(lc.updates_per_cycle, budget))
+        return max(0, int(lc.update_to_data * self.steps.total_added) - self.updates)
+
+    def train_allowed(self) -> int:
+        """:meth:`updates_owed`, at most ``updates_per_cycle``."""
+        return min(self.lc.updates_per_cycle, self.updates_owed())
 
     def update(self, n: int) -> dict[str, float]:
         """``n`` behaviour-cloning steps."""
@@ -386,7 +393,8 @@ class OnlineLearner:
                 if max_seconds is not None and time.monotonic() - start > max_seconds:
                     break
                 n = self.train_allowed()
-                for receiver in receivers:
+                behind = n > 0 and 0 < lc.max_update_lag < self.algorithm.updates_owed()
+                for receiver in ([] if behind else receivers):  # behind: the actors wait on a full socket
                     self.add(receiver.receive(timeout=0.0 if n or receiver is not server else 0.05),
                              local=receiver is server)
                 if n:

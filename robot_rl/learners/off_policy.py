@@ -235,13 +235,16 @@ class OffPolicyAlgorithm:
         self.human_steps += len(human)
 
     # ---------------------------------------------------------------- training
-    def train_allowed(self) -> int:
-        """Updates allowed now: none during warm-up or after a failure, then bounded by the update-to-data ratio."""
+    def updates_owed(self) -> int:
+        """None during warm-up or after a failure, then what the update-to-data ratio allows beyond those done."""
         warmup = self.base_cfg.warmup_steps
         if self.failure is not None or not self.is_built() or self.steps.total_added < max(1, warmup):
             return 0
-        budget = int(self.update_to_data * (self.steps.total_added - warmup)) - self.updates
-        return max(0, min(self.updates_per_cycle, budget))
+        return max(0, int(self.update_to_data * (self.steps.total_added - warmup)) - self.updates)
+
+    def train_allowed(self) -> int:
+        """Updates allowed now: :meth:`updates_owed`, at most ``updates_per_cycle``."""
+        return min(self.updates_per_cycle, self.updates_owed())
 
     def update(self, n: int) -> dict[str, float]:
         """``n`` updates; a bad batch or a non-finite loss or weight sets :attr:`failure` and stops."""

@@ -96,6 +96,11 @@ class LearnerConfig:
     one step is one SAC update (``residual.sac.utd_ratio`` critic steps), counted after the warm-up."""
     updates_per_cycle: int = 10
     """Gradient steps between two polls of the transport."""
+    max_update_lag: int = 0
+    """Stop taking steps while the learner owes more updates than this (0: never stop). Local actors then wait
+    on the full socket, so a run's updates per step no longer depend on how fast this machine trains (as in
+    synchronous SAC): set it for reproducible runs and tests, leave 0 where an actor must never wait (a robot
+    mid-episode)."""
     publish_every: int = 100
     """Publish weights every N gradient steps."""
     checkpoint_every_s: float = 20.0
@@ -116,6 +121,8 @@ class LearnerConfig:
             raise ValueError(f"algorithm: must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.min_intervention_steps < 0 or self.updates_per_cycle < 1 or self.publish_every < 1:
             raise ValueError("min_intervention_steps >= 0, updates_per_cycle >= 1 and publish_every >= 1")
+        if self.max_update_lag < 0:
+            raise ValueError(f"max_update_lag must be >= 0 (0: off), got {self.max_update_lag}")
         if not self.update_to_data > 0 or not self.checkpoint_every_s > 0:
             raise ValueError("update_to_data and checkpoint_every_s must be > 0")
         if self.capacity < 1 or self.num_threads < 1 or self.keep_versions < 1:
