@@ -12,6 +12,9 @@ from __future__ import annotations
 import math
 import socket
 import struct
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -168,6 +171,24 @@ def test_failsafe_estop_link_loss_and_leaving_the_box() -> None:
 
 
 # --- unmodified cflib against the emulator ---------------------------------------------------------------------
+def test_the_emulator_does_not_stall_at_take_off() -> None:
+    """The first flying step ran the compiled law's first call (~0.7 s of numba cache loading), longer than the
+    bridge's 0.5 s link timeout: the bridge saw the link lost at every take-off. A fresh process is needed to
+    see it (in this one the kernels are loaded already)."""
+    code = textwrap.dedent("""
+        import time, numpy as np
+        from robot_rl.hardware.crazyflie_emulator import EmulatedCrazyflie
+        from robot_rl.hardware.crazyflie_firmware import FirmwareSetpoint
+        v = EmulatedCrazyflie()
+        v.firmware.armed = True
+        v.firmware.setpoint = FirmwareSetpoint("position", time.monotonic(), position=np.array([0.0, 0.0, 0.6]))
+        t = time.perf_counter(); v.step(5); print(time.perf_counter() - t, v.state)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    seconds, state = out.stdout.split()
+    assert state == "flying" and float(seconds) < 0.25, out.stdout
+
+
 def test_cflib_connects_to_the_emulator_reads_tocs_params_and_logs_at_rate() -> None:
     import cflib.crtp
     from cflib.crazyflie import Crazyflie

@@ -91,6 +91,17 @@ class Controller(abc.ABC):
     def compute(self, state: RobotState, stamp: float) -> np.ndarray:
         """Actuator commands for this tick, float64 of shape ``(n_commands,)``."""
 
+    def warm_up(self, state: RobotState) -> None:
+        """Run the law once on ``state`` and forget it, so the first real tick is not the slow one.
+
+        numba loads a compiled law's machine code on its first call (~0.5-0.7 s here, even from the disk
+        cache); a vehicle or arm whose first command arrives that late trips its own link watchdog. Drivers
+        and emulators call this once before they serve; it ends in :meth:`reset` (holding ``state``).
+        """
+        self.reset(state)
+        self.compute(state, state.stamp)
+        self.reset(state)
+
     def hold(self, state: RobotState) -> None:
         """Switch to holding the posture in ``state`` (used by the safety layer); defaults to :meth:`reset`."""
         self.reset(state)

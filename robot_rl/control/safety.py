@@ -165,6 +165,12 @@ class SafetyLayer(Controller):
             self._enter(SafetyMode.HOLD, state.stamp, "reset: holding the current pose")
 
     @_locked
+    def warm_up(self, state: RobotState) -> None:
+        """Warm the inner law (see :meth:`Controller.warm_up`), then :meth:`reset` (hold ``state``)."""
+        self.inner.warm_up(state)
+        self.reset(state)
+
+    @_locked
     def estop(self, stamp: float, reason: str = "e-stop requested") -> None:
         """Latch the e-stop: commands become the inner controller's damping mode / motors off."""
         self._enter(SafetyMode.ESTOP, stamp, reason)

@@ -79,7 +79,7 @@ class EmulatedCrazyflie:
         self.sim.backend.reset(qpos, np.zeros(self.sim.model.nv))
         self.sim.backend.step(int(0.5 * self.sim.config.physics_hz), self.sim.actuators,
                               lambda: np.zeros(len(self.sim.actuators)))
-        self.controller.reset(self.sim.state())
+        self.controller.warm_up(self.sim.state())  # load the compiled law now, not at take-off
 
     # --- supervisor -------------------------------------------------------------------------------------------
     def _lock(self, reason: str) -> None:

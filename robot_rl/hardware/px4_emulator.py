@@ -138,6 +138,7 @@ class Px4Emulator:
         qpos[2] = 0.065  # resting on its legs
         self.backend.reset(qpos, np.zeros(model.nv))
         self.backend.step(int(0.3 * config.physics_hz), self.actuators, self._control)  # settle on the floor
+        self.controller.warm_up(self.index.read(self.backend.data))  # load the compiled law now, not when armed
         self.origin = self.body().pos.copy()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -117,10 +117,11 @@ class ControllerNode(Node):
             self._warn("rejected joint_states: velocities missing or not finite")
             return
         first = self.state is None
-        self.state = RobotState(q, dq, self._now())
+        if first:  # the compiled law's first call is slow (~0.7 s): take it here, not in a control tick
+            self.controller.warm_up(RobotState(q, dq, self._now()))  # ends holding q
+        self.state = RobotState(q, dq, self._now())  # stamped after the warm-up, which did not starve the watchdog
         self.state_watchdog.feed(self.state.stamp)
         if first:
-            self.controller.reset(self.state)
             self.get_logger().info(f"first joint state (stamp {stamp_to_seconds(msg.header.stamp):.3f}): holding")
 
     def _on_intervention(self, msg: Bool) -> None:
