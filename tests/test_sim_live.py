@@ -62,3 +62,24 @@ def test_unknown_robots_and_inconsistent_descriptions_are_refused() -> None:
     with pytest.raises(ValueError, match="home_base_pos"):
         RobotDescription(panda.name, panda.embodiment, panda.build_scene, panda.actuators, panda.actuate,
                          home_q=panda.home_q, home_base_pos=(0.0, 0.0, 1.0))
+
+
+def test_emulated_torque_hardware_brakes_until_commanded_and_when_the_stream_stops() -> None:
+    """A torque-interface arm with no (or stale) commands holds where it is, as a Franka's brakes do; it used
+    to drop under gravity, so an external controller's first state was an arm already falling."""
+    sim = LiveSim(LiveSimConfig(robot="panda", physics_hz=500.0, effort_input=True, effort_timeout_s=0.05))
+    try:
+        home = sim.state().q.copy()
+        assert sim.step(500) == ""  # 1 s without a single command
+        assert np.max(np.abs(sim.state().q - home)) < 1e-3
+        sim.set_effort(np.zeros(7))  # one zero-torque command: released, the arm falls while it is fresh
+        sim.step(25)  # 50 ms: inside the timeout
+        fallen = sim.state()
+        assert np.max(np.abs(fallen.q - home)) > 2e-3 and np.max(np.abs(fallen.dq)) > 0.05
+        sim.step(250)  # stale: braked, the motion stops close to where the brakes engaged
+        held = sim.state()
+        assert np.max(np.abs(held.dq)) < 0.01 and np.max(np.abs(held.q - fallen.q)) < 0.05
+        sim.step(250)
+        assert np.max(np.abs(sim.state().q - held.q)) < 1e-3
+    finally:
+        sim.close()

@@ -14,7 +14,9 @@ Targets, CRISP-compatible: ``target_pose`` (PoseStamped), ``target_joint`` (Join
 latched ``intervention`` flag (the safety layer lets only human targets through while it is true).
 ``safety/estop`` (latched Bool) engages and clears the e-stop; ``~/reset`` (Trigger) resets the scene.
 With ``effort_input`` the node instead emulates a torque-controlled robot for an external controller
-(e.g. ``controller_node``): it applies ``effort_controller/commands`` (Float64MultiArray) directly.
+(e.g. ``controller_node``): it applies ``effort_controller/commands`` (Float64MultiArray) directly, brakes
+the joints until the first command and whenever commands go stale, and leaves ``current_pose``,
+``controller/mode``, the targets and the e-stop to that controller (it publishes what a driver does).
 A malformed or out-of-limit target is refused with a logged reason and the robot keeps holding.
 """
 
@@ -89,25 +91,27 @@ class SimNode(Node):
                              if emb.gripper_joints else np.zeros(0, dtype=int))
         self.pub_clock = self.create_publisher(Clock, "/clock", 10) if cfg.publish_clock else None
         self.pub_joints = self.create_publisher(JointState, "joint_states", 10)
-        self.pub_pose = (self.create_publisher(PoseStamped, "current_pose", 10) if self.sim.description.has_ee
-                         else None)
+        hardware = cfg.effort_input  # torque-interface hardware: the external controller owns pose, mode, targets
+        self.pub_pose = (self.create_publisher(PoseStamped, "current_pose", 10)
+                         if self.sim.description.has_ee and not hardware else None)
         self.pub_object = (self.create_publisher(PoseStamped, "task/object_pose", 10)
                            if self.sim.object_pose() is not None else None)
         self.pub_odom = ((self.create_publisher(PoseStamped, POSE_TOPIC, 10),
                           self.create_publisher(TwistStamped, TWIST_TOPIC, 10))
                          if self.sim.description.base is not None else None)  # floating base: odom/pose + twist
-        self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
+        self.pub_mode = None if hardware else self.create_publisher(String, "controller/mode", LATCHED)
         self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.pub_cams = {c: self.create_publisher(Image, f"{c}/image_raw", qos_profile_sensor_data)
                          for c in cfg.cameras}
         self._warn = RateLimitedWarnings(self.get_logger())
-        subscribe_targets(self, emb.joint_names, self._pose_or_flight, self.sim.submit,
-                          lambda: self.sim.status.reason, self._warn)
+        if not hardware:
+            subscribe_targets(self, emb.joint_names, self._pose_or_flight, self.sim.submit,
+                              lambda: self.sim.status.reason, self._warn)
+            self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
         policy, human = "policy", "human"
         self.create_subscription(Float64, "target_gripper", lambda m: self._gripper(m, policy), 10)
         self.create_subscription(Float64, "teleop/gripper", lambda m: self._gripper(m, human), 10)
         self.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
-        self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
         self.create_service(Trigger, "~/reset", self._on_reset)
         if cfg.effort_input:
             self.create_subscription(Float64MultiArray, "effort_controller/commands", self._on_effort, 10)
@@ -117,8 +121,9 @@ class SimNode(Node):
         self._next_camera = 0.0
         self._next_diag = 0.0
         self.create_timer(1.0 / cfg.tick_hz, self._tick)
-        self.get_logger().info(f"{cfg.robot} at {cfg.physics_hz:g} Hz physics, controller "
-                               f"{type(self.sim.controller.inner).__name__}, cameras {list(cfg.cameras)}")
+        control = ("torque interface (effort_controller/commands; braked until commanded)" if hardware
+                   else f"controller {type(self.sim.controller.inner).__name__}")
+        self.get_logger().info(f"{cfg.robot} at {cfg.physics_hz:g} Hz physics, {control}, cameras {list(cfg.cameras)}")
 
     # --- inputs -------------------------------------------------------------------------------------------------
     def _pose_or_flight(self, msg: PoseStamped) -> object:
@@ -191,7 +196,7 @@ class SimNode(Node):
             self.pub_odom[0].publish(msgs[0])
             self.pub_odom[1].publish(msgs[1])
         status = self.sim.status
-        if status.mode.value != self._last_mode:
+        if self.pub_mode is not None and status.mode.value != self._last_mode:
             self._last_mode = status.mode.value
             self.pub_mode.publish(String(data=status.mode.value))
             self.get_logger().info(f"controller mode {status.mode.value}: {status.reason}")

@@ -41,9 +41,13 @@ class LiveSimConfig:
     """Scenes with a task object (the arm's table): put it in."""
     effort_input: bool = False
     """Emulate a torque-controlled robot: apply joint torques given to :meth:`LiveSim.set_effort` (e.g. from
-    an external controller node) instead of running the controller; stale commands become zero torque."""
+    an external controller node) instead of running the controller. Until the first command and whenever
+    commands go stale the joints are braked where they are, as a Franka engages its brakes when the control
+    stream stops (libfranka's communication_constraints_violation), instead of dropping the arm."""
     effort_timeout_s: float = 0.05
-    """With ``effort_input``: torque commands older than this [s, sim time] are replaced by zeros."""
+    """With ``effort_input``: torque commands older than this [s, sim time] engage the brakes."""
+    brake_hz: float = 10.0
+    """With ``effort_input``: bandwidth of the emulated brakes (a critically damped joint hold) [Hz]."""
 
     def __post_init__(self) -> None:
         if self.robot not in DESCRIPTIONS:
@@ -52,6 +56,8 @@ class LiveSimConfig:
             raise ValueError(f"physics_hz must be in [50, 5000], got {self.physics_hz}")
         if not self.effort_timeout_s > 0:
             raise ValueError(f"effort_timeout_s must be positive, got {self.effort_timeout_s}")
+        if not 0 < self.brake_hz <= self.physics_hz / 10:
+            raise ValueError(f"brake_hz must be in (0, physics_hz / 10], got {self.brake_hz}")
 
 
 class LiveSim:
@@ -76,6 +82,8 @@ class LiveSim:
         self.gripper = 1.0
         self._effort = np.zeros(self.controller.n_commands)
         self._effort_watchdog = Watchdog(config.effort_timeout_s)
+        self._braked_at: np.ndarray | None = None
+        """Joint positions the brakes hold (effort_input without a fresh command); None: released."""
         self.reset()
 
     # --- state -----------------------------------------------------------------------------------------------
@@ -132,6 +140,8 @@ class LiveSim:
         self.backend.reset(self.description.home_qpos(self.model), np.zeros(self.model.nv))
         self.gripper = 1.0
         self.controller.reset(self.state())
+        self._effort = np.zeros(self.controller.n_commands)
+        self._braked_at = self.state().q.copy()  # braked until the first command
 
     def submit(self, target: object, source: str = "policy") -> bool:
         """Hand a target to the safety layer; False (reason in :attr:`status`) when it is refused."""
@@ -168,6 +178,7 @@ class LiveSim:
         limit = np.asarray(self.embodiment.limits.effort)
         self._effort = np.clip(torques, -limit, limit) if limit.shape == torques.shape else torques
         self._effort_watchdog.feed(self.time)
+        self._braked_at = None
 
     def step(self, n: int = 1) -> str:
         """Advance ``n`` physics steps with the controller at every step; "" or why the sim diverged."""
@@ -175,10 +186,25 @@ class LiveSim:
 
     def _control(self) -> np.ndarray:
         if self.config.effort_input:
-            cmd = np.zeros_like(self._effort) if self._effort_watchdog.stale(self.time) else self._effort
+            if self._braked_at is None and self._effort_watchdog.stale(self.time):
+                self._braked_at = self.index.read(self.data).q.copy()
+            cmd = self._effort if self._braked_at is None else self._brake(self._braked_at)
         else:
             cmd = self.controller.compute(self.index.read(self.data), self.time)
         return self.description.actuate(cmd, self.gripper)
+
+    def _brake(self, q_held: np.ndarray) -> np.ndarray:
+        """Joint torques that hold ``q_held`` (computed torque), so coupled joints stop together.
+
+        A critically damped ``brake_hz`` response through the joints' mass matrix, plus gravity and Coriolis.
+        """
+        state = self.index.read(self.data)
+        omega = 2 * np.pi * self.config.brake_hz
+        accel = np.zeros(self.model.nv)
+        accel[self.index.qvel] = omega**2 * (q_held - state.q) - 2 * omega * state.dq
+        torque = np.zeros(self.model.nv)
+        mujoco.mj_mulM(self.model, self.data, torque, accel)
+        return np.asarray((torque + self.data.qfrc_bias)[self.index.qvel], dtype=np.float64)
 
     def render(self, camera: str, height: int, width: int) -> np.ndarray:
         """RGB uint8 image from a named scene camera."""
