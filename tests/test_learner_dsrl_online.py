@@ -254,11 +254,12 @@ def test_the_process_runner_drives_dsrl_on_pick_lift(tmp_path: Path) -> None:
     env_id = "robot_rl/ArmPickLift-v0"
     keys = ["joint_pos", "gripper_width", "tcp_pos", "object_pos", "goal_pos"]
     train_tiny_policy(env_id, expert_for(gym.make(env_id)), keys, steps=80, updates=20).save(tmp_path / "policy")
-    # 24 short episodes (~0.4 s each here): the actor sends through a background thread and no longer waits
-    # for the learner, so 8 episodes could end before a slow machine's learner published its first version.
+    # 24 short episodes (~0.4 s each here): the actor sends through a background thread and does not wait for
+    # the learner, so a slow machine's learner could publish nothing before the run ended; paced
+    # (learner.max_update_lag) the actors wait while the learner owes more than 4 updates.
     cfg = online_config(tmp_path / "policy", "actor.episodes=24", "learner.dsrl.warmup_steps=80",
                         "learner.publish_every=2", "learner.updates_per_cycle=2", "learner.update_to_data=0.05",
-                        "learner.checkpoint_every_s=2", "actor.human.max_takeovers=0")
+                        "learner.max_update_lag=4", "learner.checkpoint_every_s=2", "actor.human.max_takeovers=0")
     result = run_online(cfg, tmp_path / "run", progress=False, timeout=300)
     run = tmp_path / "run"
     assert len(result.episodes) == 24 and result.episodes[0]["version_start"] == 0

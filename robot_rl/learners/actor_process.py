@@ -44,6 +44,9 @@ from robot_rl.runtime.episode import EpisodeHooks, run_episode
 from robot_rl.runtime.policy_runner import PolicyRunner
 from robot_rl.sim.experts import expert_for
 
+LOCAL_STOP_FLUSH_S = 3.0
+"""How long an actor told to stop tries to deliver its queue to a learner on this machine [s]."""
+
 
 def _latest_policy(weights: Path, timeout: float = 120.0) -> tuple[Policy, int]:
     deadline = time.monotonic() + timeout
@@ -154,8 +157,10 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
             records.append(record)
             with log.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
-        # a learner on this machine: deliver what is queued; one over TCP: wait for its checkpoint's acknowledgement
-        sender.flush(timeout=30.0 if local else cfg.fleet.ack_wait_s)
+        # a learner on this machine: deliver what is queued; one over TCP: wait for its checkpoint's acknowledgement.
+        # Told to stop (SIGTERM, the parent gone), the local learner is stopping too: a short try, not 30 s of
+        # reconnecting to a socket nobody reads.
+        sender.flush(timeout=(LOCAL_STOP_FLUSH_S if stop.is_set() else 30.0) if local else cfg.fleet.ack_wait_s)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
