@@ -94,11 +94,12 @@ def test_residual_trained_in_the_identified_simulator_removes_the_real_robots_sa
     episodes in the nominal and in the identified simulator, then expert + residual flown on the real robot.
     The heavier, weaker real robot makes the expert sag; the nominal simulator has no sag to learn from."""
     config, folder, _ = fitted
-    # paced (learner.max_update_lag): 0.08 updates per step whatever this machine's speed, ~2900 per method
+    # paced (learner.max_update_lag): 0.08 updates per step whatever this machine's speed, ~2900 per method;
+    # the two methods train at once (finetune.online_parallel), which pacing makes safe
     args = ["--set", "finetune.online_overrides=[actor.env_id=robot_rl/QuadHover-v0,actor.episodes=150,"
             "learner.update_to_data=0.08,learner.max_update_lag=20]",
             "--set", "finetune.online_budget_s=1200", "--set", "finetune.eval_episodes=5",
-            "--set", "finetune.methods=[nominal,sysid]"]
+            "--set", "finetune.methods=[nominal,sysid]", "--set", "finetune.online_parallel=2"]
     assert align("finetune", config, folder, *args) == 0
     summary = json.loads((folder / "closed_loop.json").read_text())
     rows = summary["methods"]

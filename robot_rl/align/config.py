@@ -160,6 +160,10 @@ class FinetuneSettings:
     """Episode store of demonstrations for the online learner (its config's ``learner.demos``); "" keeps it."""
     online_budget_s: float = 300.0
     """Wall-clock budget of each online run [s] (the actors stop after their current episode)."""
+    online_parallel: int = 1
+    """Online runs (one per method) trained at once. Each learner and its actors take turns more than they
+    run side by side, so two runs on 2 cores take little longer than one; with ``learner.max_update_lag``
+    (paced) their outcome does not depend on the sharing."""
     real_env_id: str = ""
     """The real robot the policies fly on; "" is ``collect.env_id``. The task may differ from the recorded
     motions' (the arm is aligned on reaching motions and flies pick-and-lift): the same robot, other scene."""
@@ -182,6 +186,8 @@ class FinetuneSettings:
             raise ConfigError(f"finetune.methods: unknown {unknown}")
         if self.online_budget_s <= 0 or self.eval_episodes < 1:
             raise ConfigError("finetune: online_budget_s must be > 0 and eval_episodes >= 1")
+        if self.online_parallel < 1:
+            raise ConfigError(f"finetune.online_parallel: must be >= 1, got {self.online_parallel}")
         if self.real_env_id.endswith("-v0") and "RealStandIn" not in self.real_env_id \
                 and self.real_env_options is None:
             raise ConfigError(f"finetune.real_env_id: {self.real_env_id} is a nominal simulator; give the "

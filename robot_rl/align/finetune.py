@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,12 +177,16 @@ def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) ->
 
     results: dict[str, Any] = {"frozen": {"sim": fly_in(base, None, base.actor.env_id, base.actor.env_options),
                                           "real": fly_in(base, None, real_id, real_options)}}
-    for method in f.methods:
+    def train(method: str) -> tuple[OnlineConfig, Path, Any]:
         online = dataclasses.replace(base, actor=dataclasses.replace(
             base.actor, env_options=simulator_options(cfg, run, method, base.actor.env_options)))
         folder = Path(run) / "finetune" / f"{online.learner.algorithm}_{method}"  # beside the PPO runs' folders
-        result = run_online(online, folder, progress=progress, timeout=f.online_budget_s + 1800.0,
-                            budget_s=f.online_budget_s)
+        return online, folder, run_online(online, folder, progress=progress, timeout=f.online_budget_s + 1800.0,
+                                          budget_s=f.online_budget_s)
+
+    with ThreadPoolExecutor(max_workers=f.online_parallel) as pool:  # each run is processes; threads only wait
+        trained = list(pool.map(train, f.methods))
+    for method, (online, folder, result) in zip(f.methods, trained, strict=True):
         versions = list_versions(folder / "weights", PUBLISHED_MARKERS[online.learner.algorithm])
         if not versions:
             raise AlignmentError(f"finetune {method}: the learner published nothing in {f.online_budget_s:.0f} s")
