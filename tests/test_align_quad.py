@@ -94,12 +94,14 @@ def test_residual_trained_in_the_identified_simulator_removes_the_real_robots_sa
     episodes in the nominal and in the identified simulator, then expert + residual flown on the real robot.
     The heavier, weaker real robot makes the expert sag; the nominal simulator has no sag to learn from."""
     config, folder, _ = fitted
-    # paced (learner.max_update_lag): 0.08 updates per step whatever this machine's speed, ~2900 per method;
-    # the two methods train at once (finetune.online_parallel), which pacing makes safe
+    # paced (learner.max_update_lag): 0.08 updates per step whatever this machine's speed, ~2900 per method.
+    # One method after the other: trained at once (finetune.online_parallel=2, 163 s instead of ~250 s) the
+    # sysid residual reached 1.5 cm in one run and 3.9 cm (nominal 6.7) in the next, failing the 0.5 x nominal
+    # bound. Sequential runs measured 1.7 cm; how much they vary between runs is not measured yet.
     args = ["--set", "finetune.online_overrides=[actor.env_id=robot_rl/QuadHover-v0,actor.episodes=150,"
             "learner.update_to_data=0.08,learner.max_update_lag=20]",
             "--set", "finetune.online_budget_s=1200", "--set", "finetune.eval_episodes=5",
-            "--set", "finetune.methods=[nominal,sysid]", "--set", "finetune.online_parallel=2"]
+            "--set", "finetune.methods=[nominal,sysid]"]
     assert align("finetune", config, folder, *args) == 0
     summary = json.loads((folder / "closed_loop.json").read_text())
     rows = summary["methods"]
