@@ -280,4 +280,6 @@ def test_closed_loop_settings_are_checked_before_anything_runs(tmp_path: Path) -
         finetune(cfg(online_overrides=["actor.env_id=robot_rl/QuadHover-v0"], eval_seed=150), tmp_path)
     with pytest.raises(ConfigError, match="nominal simulator"):
         FinetuneSettings(real_env_id="robot_rl/ArmPickLift-v0")
+    with pytest.raises(ConfigError, match="online_parallel"):
+        FinetuneSettings(online_parallel=0)
     assert not (tmp_path / "closed_loop.json").exists()
