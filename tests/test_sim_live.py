@@ -71,14 +71,14 @@ def test_emulated_torque_hardware_brakes_until_commanded_and_when_the_stream_sto
     try:
         home = sim.state().q.copy()
         assert sim.step(500) == ""  # 1 s without a single command
-        assert np.max(np.abs(sim.state().q - home)) < 1e-3
+        assert np.max(np.abs(sim.state().q - home)) < 1e-3 and sim.braked
         sim.set_effort(np.zeros(7))  # one zero-torque command: released, the arm falls while it is fresh
         sim.step(25)  # 50 ms: inside the timeout
         fallen = sim.state()
-        assert np.max(np.abs(fallen.q - home)) > 2e-3 and np.max(np.abs(fallen.dq)) > 0.05
+        assert not sim.braked and np.max(np.abs(fallen.q - home)) > 2e-3 and np.max(np.abs(fallen.dq)) > 0.05
         sim.step(250)  # stale: braked, the motion stops close to where the brakes engaged
         held = sim.state()
-        assert np.max(np.abs(held.dq)) < 0.01 and np.max(np.abs(held.q - fallen.q)) < 0.05
+        assert sim.braked and np.max(np.abs(held.dq)) < 0.01 and np.max(np.abs(held.q - fallen.q)) < 0.05
         sim.step(250)
         assert np.max(np.abs(sim.state().q - held.q)) < 1e-3
     finally:

@@ -162,8 +162,8 @@ class FinetuneSettings:
     """Wall-clock budget of each online run [s] (the actors stop after their current episode)."""
     online_parallel: int = 1
     """Online runs (one per method) trained at once. Each learner and its actors take turns more than they
-    run side by side, so two runs on 2 cores take little longer than one; with ``learner.max_update_lag``
-    (paced) their outcome does not depend on the sharing."""
+    run side by side, so two runs on 2 cores take little longer than one; paced (``learner.max_update_lag``)
+    each keeps its updates per step, but a residual's result still varies between runs (README)."""
     real_env_id: str = ""
     """The real robot the policies fly on; "" is ``collect.env_id``. The task may differ from the recorded
     motions' (the arm is aligned on reaching motions and flies pick-and-lift): the same robot, other scene."""

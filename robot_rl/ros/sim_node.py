@@ -113,7 +113,7 @@ class SimNode(Node):
         self.create_subscription(Float64, "teleop/gripper", lambda m: self._gripper(m, human), 10)
         self.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
         self.create_service(Trigger, "~/reset", self._on_reset)
-        if cfg.effort_input:
+        if hardware:
             self.create_subscription(Float64MultiArray, "effort_controller/commands", self._on_effort, 10)
         self.human = False
         self._last_mode = ""
@@ -210,17 +210,24 @@ class SimNode(Node):
             self._publish_diagnostics(stamp_ns)
 
     def _publish_diagnostics(self, stamp_ns: int) -> None:
-        status = self.sim.status
-        level = {"estop": DiagnosticStatus.ERROR, "hold": DiagnosticStatus.WARN}.get(status.mode.value,
-                                                                                     DiagnosticStatus.OK)
         array = DiagnosticArray()
         array.header.stamp = ns_to_stamp(stamp_ns)
         wall = max(time.monotonic() - self._wall0, 1e-9)
-        array.status.append(DiagnosticStatus(
-            name="robot_rl/sim/controller", hardware_id=self.config.robot, level=level,
-            message=f"{status.mode.value}: {status.reason}",
-            values=[KeyValue(key="rejected_targets", value=str(status.rejected)),
-                    KeyValue(key="real_time_factor", value=f"{(self.sim.time - self._sim0) / wall:.2f}")]))
+        rtf = KeyValue(key="real_time_factor", value=f"{(self.sim.time - self._sim0) / wall:.2f}")
+        if self.config.effort_input:  # the internal controller is not in the loop: report the torque interface
+            braked = self.sim.braked
+            array.status.append(DiagnosticStatus(
+                name="robot_rl/sim/torque_interface", hardware_id=self.config.robot,
+                level=DiagnosticStatus.WARN if braked else DiagnosticStatus.OK,
+                message="braked: no fresh effort command" if braked else "following effort commands", values=[rtf]))
+        else:
+            status = self.sim.status
+            level = {"estop": DiagnosticStatus.ERROR, "hold": DiagnosticStatus.WARN}.get(status.mode.value,
+                                                                                         DiagnosticStatus.OK)
+            array.status.append(DiagnosticStatus(
+                name="robot_rl/sim/controller", hardware_id=self.config.robot, level=level,
+                message=f"{status.mode.value}: {status.reason}",
+                values=[KeyValue(key="rejected_targets", value=str(status.rejected)), rtf]))
         self.pub_diag.publish(array)
 
     def close(self) -> None:

@@ -141,7 +141,7 @@ class LiveSim:
         self.gripper = 1.0
         self.controller.reset(self.state())
         self._effort = np.zeros(self.controller.n_commands)
-        self._braked_at = self.state().q.copy()  # braked until the first command
+        self._braked_at = self.state().q  # braked until the first command (state() copies)
 
     def submit(self, target: object, source: str = "policy") -> bool:
         """Hand a target to the safety layer; False (reason in :attr:`status`) when it is refused."""
@@ -183,6 +183,11 @@ class LiveSim:
     def step(self, n: int = 1) -> str:
         """Advance ``n`` physics steps with the controller at every step; "" or why the sim diverged."""
         return self.backend.step(n, self.actuators, self._control)
+
+    @property
+    def braked(self) -> bool:
+        """``effort_input``: the joints are braked (no command yet, or the last one is stale)."""
+        return self._braked_at is not None
 
     def _control(self) -> np.ndarray:
         if self.config.effort_input:
