@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Client
@@ -15,6 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 from robot_rl.core.transition import Transition
 from robot_rl.learners.transport import (
+    SOCKET_SEND_BUFFER,
     SocketTransitionClient,
     SocketTransitionServer,
     WeightsPublisher,
@@ -129,3 +131,34 @@ def test_wrong_key_and_garbage_are_refused(tmp_path: Path) -> None:
         raw.close()
     finally:
         server.close()
+
+
+def test_an_actor_socket_holds_a_fixed_amount_whatever_the_hosts_default(tmp_path: Path) -> None:
+    """A learner that stops reading (paced) stops its actors within SOCKET_SEND_BUFFER bytes, not within the
+    host's ``net.core.wmem_default`` (a few MB on some hosts: a whole run fitted in the socket there)."""
+    server = SocketTransitionServer(str(tmp_path / "s.sock"))
+    client = SocketTransitionClient(server.address, server.authkey)
+    assert 0 < client.send_buffer <= SOCKET_SEND_BUFFER
+    obs = {"s": np.zeros(2500, np.float32)}  # ~10 kB a step
+    batch = [Transition(obs, obs, np.zeros(1, np.float32), 0.0, False, False, 0, i) for i in range(5)]
+    sent = [0]
+
+    def send_forever() -> None:
+        try:
+            while True:
+                client.send(batch)
+                sent[0] += 1
+        except OSError:  # the server closed
+            pass
+
+    thread = threading.Thread(target=send_forever, daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    held = sent[0] * 5 * 2 * obs["s"].nbytes  # observation and next observation
+    print(f"{sent[0]} batches, {held} bytes held")
+    assert held <= SOCKET_SEND_BUFFER, f"{held} bytes went into a socket nobody reads"
+    received = server.receive(timeout=1.0)
+    assert received and received[0].observation["s"].shape == (2500,)  # what waited is intact
+    server.close()
+    client.close()
+    thread.join(timeout=5.0)

@@ -130,7 +130,9 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     env, agent, base_agent = make_agent(cfg, env, run)
     local = sender is None
     if sender is None:  # sent from a thread: acting never waits for a learner that is busy training
-        sender = local_sender(run, ac.pending_limit, ac.send_queue)
+        # paced (learner.max_update_lag): acting waits as soon as one batch is pending, not 1000 steps later
+        queue = ac.send_every if cfg.learner.max_update_lag else ac.send_queue
+        sender = local_sender(run, ac.pending_limit, queue)
     else:
         sender.version = lambda: agent.version  # reported to the learner with every batch
     stream = BatchingSender(sender, ac.send_every)

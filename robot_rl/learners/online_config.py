@@ -39,7 +39,8 @@ class ActorConfig:
     """Steps an actor keeps while the learner is unreachable (reconnects and sends them later)."""
     send_queue: int = SEND_QUEUE
     """Steps the actor's sending thread may hold before acting waits for it (the learner is far behind);
-    bounds the memory of the queue: ~50 kB a step with two 64x64 cameras."""
+    bounds the memory of the queue: ~50 kB a step with two 64x64 cameras. A paced learner
+    (``learner.max_update_lag``) holds it to ``send_every``, so the actor waits for the learner at once."""
     human: SimulatedHumanConfig = field(default_factory=SimulatedHumanConfig)
     """The simulated human who watches each actor (its seed is offset by the actor index)."""
     human_risk: str = "grasp"

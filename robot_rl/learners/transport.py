@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -188,11 +189,27 @@ def read_connection(run: Path, timeout: float = 60.0) -> tuple[str, bytes]:
     return address, bytes.fromhex((run / "learner.key").read_text(encoding="ascii").strip())
 
 
+SOCKET_SEND_BUFFER = 212_992
+"""Bytes an actor's socket holds before its send waits for the learner to read (Linux's usual default).
+
+Set explicitly because the host's default (``net.core.wmem_default``) varies: with a few MB a whole run can
+sit in the socket, so an actor never waits for a paced learner (``learner.max_update_lag``) and the run's
+updates per step depend on the host again."""
+
+
 class SocketTransitionClient:
     """Actor end of :class:`SocketTransitionServer`."""
 
     def __init__(self, address: str, authkey: bytes) -> None:
         self._conn = Client(address, family="AF_UNIX", authkey=authkey)
+        with socket.socket(fileno=os.dup(self._conn.fileno())) as sock:  # the same socket, through a second fd
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER // 2)  # Linux doubles it
+
+    @property
+    def send_buffer(self) -> int:
+        """The socket's send buffer in bytes, as the kernel reports it."""
+        with socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+            return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
 
     def send(self, transitions: Sequence[Transition]) -> None:
         """Send a batch of transitions (safetensors bytes)."""
