@@ -3,7 +3,7 @@
 Demonstrations -> behaviour cloning -> evaluation -> online fine-tuning (learner and actor processes,
 simulated human) -> evaluation on the same unseen seeds -> DSRL on the fine-tuned policy -> evaluation again. Stated
 margins: the success rate without a human rises by at least 15 points, and the share of steps the human
-controls falls from the first quarter of the online episodes to the last. The DSRL stage runs for 100 s
+controls falls from the first quarter of the online episodes to the last. The DSRL stage runs for 45 s
 here (its warm-up plus some updates): it must publish noise actors the actor swaps in, and the last
 evaluation must run the frozen policy steered by the newest one on the same seeds.
 """
@@ -27,7 +27,7 @@ MARGIN = 0.15
 def test_reduced_demo_improves_success_and_interventions_fade(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["demo", "--out", str(tmp_path), "--episodes", "20", "--bc-steps", "1000",
-                 "--eval-episodes", "20", "--online-episodes", "100", "--rl-seconds", "100"])
+                 "--eval-episodes", "20", "--online-episodes", "100", "--rl-seconds", "45"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "behaviour cloning ->" in printed and "takeovers/episode" in printed

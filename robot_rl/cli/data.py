@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--noise-dims", type=_int_list, default=None, metavar="I,J,...",
                      help="action dimensions the noise perturbs (default: all; e.g. 0,1,2,3,4,5 spares an arm's "
                      "gripper)")
+    rec.add_argument("--driver", default=None, metavar="POLICY",
+                     help="DAgger: this policy checkpoint drives and the expert's action at each state it reaches "
+                          "is recorded, so the demonstrations cover the learner's own mistakes (default: none)")
+    rec.add_argument("--driver-beta", type=float, default=0.0, metavar="BETA",
+                     help="share of steps on which the expert's action is executed instead (default: %(default)s)")
     rec.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
     rec.add_argument("--task", default=None,
                      help="task text stored with the episodes (default: each episode's instruction when the env "
@@ -156,6 +161,18 @@ def _record(args: argparse.Namespace) -> int:
             print(f"robot-rl data record: error: {exc}")
             return 2
         source += f" dart:{args.action_noise:g}"
+    if args.driver:
+        from robot_rl.data.policy_driven import PolicyDriven
+        from robot_rl.policies.base import Policy
+        from robot_rl.runtime.policy_runner import PolicyRunner
+
+        try:
+            env = PolicyDriven(env, PolicyRunner(Policy.load(args.driver), device="auto"), args.driver_beta)
+        except (ValueError, OSError) as exc:  # CheckpointError is a ValueError
+            env.close()
+            print(f"robot-rl data record: error: --driver: {exc}")
+            return 2
+        source += f" dagger:{args.driver} beta:{args.driver_beta:g}"
     expert = _make_expert(args.expert, env, args.env)
     out = Path(args.out)
     if out.exists():

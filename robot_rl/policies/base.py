@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn import functional as F
@@ -464,7 +465,10 @@ class Policy(nn.Module):
         file = Path(path) / WEIGHTS_FILE
         if not file.is_file():
             raise CheckpointError(f"{path}: no {WEIGHTS_FILE}")
-        tensors = load_file(str(file))
+        try:
+            tensors = load_file(str(file))
+        except SafetensorError as exc:
+            raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from exc
         own = self.state_dict()
         problems = [f"missing tensor {k!r}" for k in own if k not in tensors]
         problems += [f"unexpected tensor {k!r}" for k in tensors if k not in own]
