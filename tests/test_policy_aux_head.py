@@ -233,3 +233,35 @@ def test_aux_condition_needs_every_label() -> None:
                               aux_condition=True, text_encoder="hash", text_dim=8, image_feature_dim=16),
                     PolicySpec({"joint_pos": 3}, {"front": (8, 8, 3)}, 2, aux_dims={"object_pos": 3}))
     assert vla.aux_head[0].in_features == 16 + 8 and vla.cond_dim() == vla.feature_dim() + 3
+
+
+def test_aux_relative_reads_each_position_estimate_from_the_hand_in_5_cm_units() -> None:
+    """``aux_relative``: the network also reads (estimate - tcp_pos) / 5 cm for every position label."""
+    from robot_rl.policies.base import RELATIVE_SCALE_M
+
+    torch.manual_seed(0)
+    config = FlowConfig(unet_channels=(16, 32), image_keys=["front"], aux_keys=["object_pos", "object_yaw"],
+                        aux_condition=True, aux_relative=True, image_feature_dim=8, n_obs_steps=1)
+    spec = PolicySpec({"tcp_pos": 3}, {"front": (8, 8, 3)}, 2, aux_dims={"object_pos": 3, "object_yaw": 2})
+    policy = FlowPolicy(config, spec)
+    policy.set_stats({"tcp_pos": {"min": -np.ones(3), "max": np.ones(3)}, "action": {"min": -np.ones(2),
+                      "max": np.ones(2)}, "object_pos": {"mean": np.full(3, 0.3), "std": np.full(3, 0.1)},
+                      "object_yaw": {"mean": np.zeros(2), "std": np.ones(2)}})
+    assert policy.relative_keys() == ["object_pos"] and policy.cond_dim() == policy.feature_dim() + 5 + 3
+    rng = np.random.default_rng(0)
+    hand = rng.uniform(-0.5, 0.5, (4, 1, 3)).astype(np.float32)
+    obs = {"tcp_pos": torch.as_tensor(hand), "front": torch.as_tensor(rng.integers(0, 255, (4, 1, 8, 8, 3), np.uint8))}
+    policy.eval()
+    cond = policy.condition(obs).detach().numpy()
+    estimate = policy.predict_aux({k: v.numpy() for k, v in obs.items()})["object_pos"]
+    np.testing.assert_allclose(cond[:, -3:], (estimate - hand[:, 0]) / RELATIVE_SCALE_M, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(cond[:, -8:-3], policy.aux_head(policy.aux_inputs()).detach().numpy(), atol=1e-6)
+    with pytest.raises(ValueError, match="aux_relative: needs aux_condition"):
+        FlowConfig(image_keys=["front"], aux_keys=["object_pos"], aux_relative=True)
+    with pytest.raises(ValueError, match="needs 'tcp_pos' in state_keys"):
+        FlowConfig(image_keys=["front"], aux_keys=["object_pos"], aux_condition=True, aux_relative=True,
+                   state_keys=["joint_pos"])
+    with pytest.raises(SpecError, match="no 'tcp_pos'"):
+        FlowPolicy(FlowConfig(unet_channels=(16, 32), image_keys=["front"], aux_keys=["object_pos"],
+                              aux_condition=True, aux_relative=True),
+                   PolicySpec({"joint_pos": 3}, {"front": (8, 8, 3)}, 2, aux_dims={"object_pos": 3}))

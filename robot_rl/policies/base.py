@@ -143,6 +143,11 @@ class PolicyConfig:
     """The action network also reads the auxiliary head's estimate (z-scored, no gradient into the head): first
     find the objects, then act on where they were found. The estimate comes from the cameras, so the policy
     still never sees a label; with several objects the network no longer has to pick one out of raw features."""
+    aux_relative: bool = False
+    """With ``aux_condition``, the network also reads every position estimate (an aux key ending in ``_pos``)
+    relative to the hand (``tcp_pos``, a state key), in units of :data:`RELATIVE_SCALE_M`: "move 2 cm to the
+    left of the cube" is then a small, linear function of the inputs instead of the difference of two values
+    normalised on different scales (min-max over the workspace vs z-scored labels)."""
 
     def __post_init__(self) -> None:
         if self.n_obs_steps < 1:
@@ -161,6 +166,10 @@ class PolicyConfig:
             raise ValueError("image_feature_dim must be >= 1 and crop_pad >= 0")
         if self.aux_condition and not self.aux_keys:
             raise ValueError("aux_condition: needs aux_keys (the estimate the action network reads)")
+        if self.aux_relative and not (self.aux_condition and any(k.endswith("_pos") for k in self.aux_keys)):
+            raise ValueError("aux_relative: needs aux_condition and at least one position (..._pos) in aux_keys")
+        if self.aux_relative and self.state_keys is not None and HAND_KEY not in self.state_keys:
+            raise ValueError(f"aux_relative: needs {HAND_KEY!r} in state_keys (estimates are read relative to it)")
         if self.aux_weight < 0 or (self.aux_keys and not self.image_keys):
             raise ValueError(f"aux_keys need image_keys (labels are predicted from image features) and aux_weight "
                              f">= 0, got aux_keys {self.aux_keys}, image_keys {self.image_keys}, {self.aux_weight}")
@@ -168,6 +177,11 @@ class PolicyConfig:
             raise ValueError(f"aux_keys {sorted(set(self.aux_keys) & set(self.state_keys))} are also state_keys: "
                              "a privileged label must not be an input")
 
+
+HAND_KEY = "tcp_pos"
+"""The state key ``aux_relative`` reads the position estimates relative to."""
+RELATIVE_SCALE_M = 0.05
+"""``aux_relative``: an offset of this many metres from the hand reads as 1."""
 
 Batch = Mapping[str, Any]
 """Training batch: "obs" -> {key: (B, To, ...)}, "action" -> (B, H, A) raw, optionally "task" -> list[str]."""
@@ -194,6 +208,8 @@ class Policy(nn.Module):
         self.encoder = ObsEncoder(spec.state_dims, spec.image_shapes, config.n_obs_steps, config.image_feature_dim,
                                   config.crop_pad)
         self.aux_keys = list(spec.aux_dims)
+        if config.aux_relative and HAND_KEY not in spec.state_dims:
+            raise SpecError(f"aux_relative: the policy's state has no {HAND_KEY!r} to read the estimates against")
         if config.aux_condition and set(spec.aux_dims) != set(config.aux_keys):
             raise SpecError(f"aux_condition: the data's labels {sorted(spec.aux_dims)} are not aux_keys "
                             f"{sorted(config.aux_keys)}; the action network needs every estimate")
@@ -222,7 +238,15 @@ class Policy(nn.Module):
 
     def cond_dim(self) -> int:
         """Size of the conditioning vector: the features, plus the auxiliary estimate if it is read."""
-        return self.feature_dim() + (sum(self.spec.aux_dims.values()) if self.config.aux_condition else 0)
+        if not self.config.aux_condition:
+            return self.feature_dim()
+        return self.feature_dim() + sum(self.spec.aux_dims.values()) + 3 * len(self.relative_keys())
+
+    def relative_keys(self) -> list[str]:
+        """The position estimates ``aux_relative`` also gives the network relative to the hand."""
+        if not self.config.aux_relative:
+            return []
+        return [k for k, dim in self.spec.aux_dims.items() if k.endswith("_pos") and dim == 3]
 
     def feature_dim(self) -> int:
         """Size of :meth:`features` (the observation encoder's output by default)."""
@@ -255,7 +279,15 @@ class Policy(nn.Module):
         if not self.config.aux_condition:
             return feats
         assert self.aux_head is not None
-        return torch.cat([feats, self.aux_head(self.aux_inputs()).detach()], dim=-1)
+        estimate = self.aux_head(self.aux_inputs()).detach()
+        parts = [feats, estimate]
+        if self.config.aux_relative:
+            hand, offsets, i = obs[HAND_KEY][:, -1].float(), {}, 0
+            for key, dim in self.spec.aux_dims.items():
+                offsets[key], i = estimate[:, i:i + dim], i + dim
+            parts += [(self.normalizer.unnormalize(k, offsets[k]) - hand) / RELATIVE_SCALE_M
+                      for k in self.relative_keys()]
+        return torch.cat(parts, dim=-1)
 
     # ========================================================================= training
     def set_stats(self, stats: Mapping[str, Mapping[str, np.ndarray]]) -> None:
