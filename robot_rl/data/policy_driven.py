@@ -50,9 +50,10 @@ class PolicyDriven(gym.Wrapper[Any, Any, Any, Any]):
         """Step with the policy's action (or, with probability ``beta``, ``action`` itself)."""
         if self._obs is None:
             raise RuntimeError("step() before reset()")
-        proposed = self.runner.act(self._obs)
-        executed = np.asarray(action, np.float32) if self._rng.random() < self.beta else proposed
-        if executed is proposed:
+        executed = self.runner.act(self._obs)  # every step, so the runner's history stays in step
+        if self._rng.random() < self.beta:
+            executed = np.asarray(action, np.float32)
+        else:
             self.policy_steps += 1
         obs, reward, terminated, truncated, info = self.env.step(executed)
         self._obs = obs

@@ -282,11 +282,8 @@ class Policy(nn.Module):
         estimate = self.aux_head(self.aux_inputs()).detach()
         parts = [feats, estimate]
         if self.config.aux_relative:
-            hand, offsets, i = obs[HAND_KEY][:, -1].float(), {}, 0
-            for key, dim in self.spec.aux_dims.items():
-                offsets[key], i = estimate[:, i:i + dim], i + dim
-            parts += [(self.normalizer.unnormalize(k, offsets[k]) - hand) / RELATIVE_SCALE_M
-                      for k in self.relative_keys()]
+            hand, each = obs[HAND_KEY][:, -1].float(), self._split_aux(estimate)
+            parts += [(self.normalizer.unnormalize(k, each[k]) - hand) / RELATIVE_SCALE_M for k in self.relative_keys()]
         return torch.cat(parts, dim=-1)
 
     # ========================================================================= training
@@ -315,6 +312,13 @@ class Policy(nn.Module):
                            dim=-1)
         return F.mse_loss(self.aux_head(self.aux_inputs()), target)
 
+    def _split_aux(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The auxiliary head's output (B, sum of dims) cut into its labels, still z-scored."""
+        out, i = {}, 0
+        for key, dim in self.spec.aux_dims.items():
+            out[key], i = flat[:, i:i + dim], i + dim
+        return out
+
     def aux_inputs(self) -> torch.Tensor:
         """What the auxiliary head reads after :meth:`condition`: the current step's image features."""
         assert self.encoder.image_features is not None
@@ -341,10 +345,10 @@ class Policy(nn.Module):
         try:
             b = len(next(iter(batch.values())))
             self.condition({k: v.to(self.device) for k, v in batch.items()}, self._task_list(task, b))
-            flat, out, i = self.aux_head(self.aux_inputs()), {}, 0
-            for key, dim in self.spec.aux_dims.items():
-                value = self.normalizer.unnormalize(key, flat[:, i:i + dim]).cpu().numpy()
-                out[key], i = (value[0] if single else value), i + dim
+            out = {}
+            for key, part in self._split_aux(self.aux_head(self.aux_inputs())).items():
+                value = self.normalizer.unnormalize(key, part).cpu().numpy()
+                out[key] = value[0] if single else value
         finally:
             self.train(was_training)
         return out
