@@ -15,12 +15,18 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from robot_rl.policies.base import Policy
+    from robot_rl.runtime.policy_runner import PolicyRunner
 
-def lifted_cube(first: dict[str, np.ndarray], last: dict[str, np.ndarray]) -> str:
+
+def lifted_cube(first: Mapping[str, np.ndarray], last: Mapping[str, np.ndarray]) -> str:
     """'red', 'blue', 'both' or 'none': which cube rose 5 cm or more between two observations."""
     up = [c for c in ("red", "blue") if last[f"{c}_cube_pos"][2] - first[f"{c}_cube_pos"][2] > 0.05]
     return "both" if len(up) == 2 else (up[0] if up else "none")
@@ -61,24 +67,36 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = wilson_interval(sum(wins), len(wins))
         results["tasks"][task] = {"successes": wins, "rate": float(np.mean(wins)), "ci95": [lo, hi]}  # type: ignore[index]
         print(f"{task:<10} {sum(wins):>4}/{len(wins):<4} {lo:>6.0%}-{hi:<5.0%}")
-    cubes = ("red", "blue", "both", "none")
-    table = {(asked, lifted): 0 for asked in ("red", "blue") for lifted in cubes}
-    for asked in ("red", "blue"):  # one task per env: the same seed draws the same scene in both
-        env = gym.make("robot_rl/ArmMultiTask-v0", tasks=[f"lift_{asked}"], **env_options_for(policy))
-        for i in tqdm(range(args.swap_episodes), desc=f"swap {asked}", leave=False):
-            steps = run_episode(env, runner, seed=args.seed + 10_000 + i, keep=True, steps_after_success=0).transitions
-            table[(asked, lifted_cube(steps[0].observation, steps[-1].next_observation))] += 1
-        env.close()
-    print(f"\ninstruction swap on {args.swap_episodes} scenes (rows: cube asked for; columns: cube lifted)")
-    print(f"{'asked':<6} " + " ".join(f"{c:>5}" for c in cubes))
-    for asked in ("red", "blue"):
-        print(f"{asked:<6} " + " ".join(f"{table[(asked, c)]:>5}" for c in cubes))
-    results["swap"] = {f"{a}->{c}": n for (a, c), n in table.items()}
+    if args.swap_episodes > 0:
+        results["swap"] = instruction_swap(policy, runner, args.seed + 10_000, args.swap_episodes)
     results["seconds"] = time.perf_counter() - t0
     print(f"\n{results['seconds']:.0f} s")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2), encoding="utf-8")
     return 0
+
+
+def instruction_swap(policy: Policy, runner: PolicyRunner, seed: int, scenes: int) -> dict[str, int]:
+    """Ask for the red and then the blue cube on the same scenes; count which cube each episode lifted."""
+    import gymnasium as gym
+    from tqdm import tqdm
+
+    from robot_rl.runtime.episode import run_episode
+    from robot_rl.training.evaluate import env_options_for
+
+    cubes = ("red", "blue", "both", "none")
+    table = {(asked, lifted): 0 for asked in ("red", "blue") for lifted in cubes}
+    for asked in ("red", "blue"):  # one task per env: the same seed draws the same scene in both
+        env = gym.make("robot_rl/ArmMultiTask-v0", tasks=[f"lift_{asked}"], **env_options_for(policy))
+        for i in tqdm(range(scenes), desc=f"swap {asked}", leave=False):
+            steps = run_episode(env, runner, seed=seed + i, keep=True, steps_after_success=0).transitions
+            table[(asked, lifted_cube(steps[0].observation, steps[-1].next_observation))] += 1
+        env.close()
+    print(f"\ninstruction swap on {scenes} scenes (rows: cube asked for; columns: cube lifted)")
+    print(f"{'asked':<6} " + " ".join(f"{c:>5}" for c in cubes))
+    for asked in ("red", "blue"):
+        print(f"{asked:<6} " + " ".join(f"{table[(asked, c)]:>5}" for c in cubes))
+    return {f"{a}->{c}": n for (a, c), n in table.items()}
 
 
 if __name__ == "__main__":

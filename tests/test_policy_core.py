@@ -240,6 +240,16 @@ def test_configs_reject_bad_values_with_the_key() -> None:
         FlowPolicy(FlowConfig(horizon=8), SPEC).compute_loss({"obs": {}, "action": torch.zeros(1, 8, 2)})
 
 
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "config" / "policies").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_shipped_policy_configs_load_strictly(path: Path) -> None:
+    """Every config a README command trains from passes the same checks ``robot-rl train`` applies."""
+    cfg = load_config(TrainConfig, path)
+    policy = cfg.policy_config()
+    assert type(policy) is get_policy_class(cfg.policy_type).config_cls
+    assert cfg.steps > 0 and policy.horizon >= policy.executor.n_action_steps
+
+
 def test_random_shift_moves_images_by_at_most_pad_pixels() -> None:
     img = torch.zeros(16, 1, 12, 12)
     img[:, :, 6, 6] = 1.0
