@@ -7,6 +7,7 @@ the message, not three modules later as a broadcasting error.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -159,7 +160,7 @@ class ActionSpec(_Spec):
     @property
     def dim(self) -> int:
         """Length of the flat action vector (all fields concatenated in order)."""
-        return int(sum(int(np.prod(s.shape)) for s in self._fields.values()))
+        return sum(math.prod(s.shape) for s in self._fields.values())
 
     def flat_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of the flat action vector."""
@@ -171,7 +172,7 @@ class ActionSpec(_Spec):
         flat = check_array("action", np.asarray(flat), (self.dim,), None)
         out, i = {}, 0
         for key, spec in self._fields.items():
-            n = int(np.prod(spec.shape))
+            n = math.prod(spec.shape)
             out[key] = flat[i : i + n].reshape(spec.shape).astype(spec.np_dtype)
             i += n
         return out

@@ -341,7 +341,8 @@ class Policy(nn.Module):
             raise SpecError("this policy has no auxiliary head (aux_keys)")
         batch, single = self._check_obs(obs)
         was_training = self.training
-        self.eval()
+        if was_training:  # eval()/train() walk every module: only when a trainer left the policy training
+            self.eval()
         try:
             b = len(next(iter(batch.values())))
             self.condition({k: v.to(self.device) for k, v in batch.items()}, self._task_list(task, b))
@@ -350,7 +351,8 @@ class Policy(nn.Module):
                 value = self.normalizer.unnormalize(key, part).cpu().numpy()
                 out[key] = value[0] if single else value
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train()
         return out
 
     # ========================================================================= inference
@@ -369,7 +371,8 @@ class Policy(nn.Module):
         device = self.device
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         was_training = self.training
-        self.eval()
+        if was_training:
+            self.eval()
         try:
             b = next(iter(batch.values())).shape[0]
             cond = self.condition(batch, self._task_list(task, b))
@@ -387,7 +390,8 @@ class Policy(nn.Module):
             out = self.normalizer.unnormalize("action", self._sample(start.to(device), cond, num_steps))
             chunk = out.float().cpu().numpy()
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train()
         return chunk[0] if single else chunk
 
     def set_executor(self, executor: ExecutorConfig) -> None:
