@@ -189,6 +189,19 @@ def test_mismatched_checkpoints_fail_clearly_before_loading(tmp_path: Path) -> N
         assert torch.equal(v, before[k])
 
 
+def test_predict_runs_in_eval_mode_and_leaves_the_training_flag_as_it_was() -> None:
+    policy = small_policy()
+    seen: list[bool] = []
+    policy.net.register_forward_hook(lambda module, args, out: seen.append(module.training))
+    obs = obs_history(np.random.default_rng(0))
+    for training in (True, False):
+        policy.train(training)
+        policy.predict_chunk(obs, generator=torch.Generator().manual_seed(0))
+        assert seen and not any(seen)  # every network call of the sampler ran in eval mode
+        assert policy.training is training and all(m.training is training for m in policy.modules())
+        seen.clear()
+
+
 def test_hot_swap_applies_new_weights_between_chunks_only(tmp_path: Path) -> None:
     policy = small_policy()
     new = small_policy()

@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -207,20 +208,29 @@ class Policy(nn.Module):
         if self.aux_head is None:
             raise SpecError("this policy has no auxiliary head (aux_keys)")
         batch, single = self._check_obs(obs)
-        was_training = self.training
-        if was_training:  # eval()/train() walk every module: only when a trainer left the policy training
-            self.eval()
-        try:
+        with self._evaluating():
             b = len(next(iter(batch.values())))
             self.condition({k: v.to(self.device) for k, v in batch.items()}, self._task_list(task, b))
             out = {}
             for key, part in self._split_aux(self.aux_head(self.aux_inputs())).items():
                 value = self.normalizer.unnormalize(key, part).cpu().numpy()
                 out[key] = value[0] if single else value
+        return out
+
+    @contextmanager
+    def _evaluating(self) -> Iterator[None]:
+        """Eval mode for one inference call, the training flag restored after.
+
+        eval()/train() walk every module, so they run only when a trainer left the policy training.
+        """
+        was_training = self.training
+        if was_training:
+            self.eval()
+        try:
+            yield
         finally:
             if was_training:
                 self.train()
-        return out
 
     # ========================================================================= inference
     @torch.no_grad()
@@ -237,10 +247,7 @@ class Policy(nn.Module):
         batch, single = self._check_obs(obs)
         device = self.device
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        was_training = self.training
-        if was_training:
-            self.eval()
-        try:
+        with self._evaluating():
             b = next(iter(batch.values())).shape[0]
             cond = self.condition(batch, self._task_list(task, b))
             shape = (b, self.config.horizon, self.spec.action_dim)
@@ -256,9 +263,6 @@ class Policy(nn.Module):
                 start = start.reshape(shape)
             out = self.normalizer.unnormalize("action", self._sample(start.to(device), cond, num_steps))
             chunk = out.float().cpu().numpy()
-        finally:
-            if was_training:
-                self.train()
         return chunk[0] if single else chunk
 
     def set_executor(self, executor: ExecutorConfig) -> None:
