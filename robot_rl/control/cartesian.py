@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from robot_rl.control import kernels
+import robot_rl.control.kernels as kernels
 from robot_rl.control.arm_model import MujocoArmModel
 from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.joint_pd import per_joint

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robot_rl.control import kernels
+import robot_rl.control.kernels as kernels
 from robot_rl.control.base import Controller, RobotState, TargetRejected
 from robot_rl.control.kernels import CompiledLaw
 from robot_rl.control.rotations import quat_to_mat, quat_yaw

@@ -29,9 +29,9 @@ from typing import IO, Any
 
 import numpy as np
 
+import robot_rl.data.zarr_compat as zc
 from robot_rl.core.config import config_to_dict, load_config
 from robot_rl.core.transition import SegmentSource, Transition
-from robot_rl.data import zarr_compat as zc
 from robot_rl.data.schema import (
     EPISODE_COLUMNS,
     FORMAT_NAME,

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -19,8 +19,29 @@ from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
 from robot_rl.data.schema import EPISODE_COLUMNS, SEGMENT_SOURCES, DatasetError, StepSchema
 
-if TYPE_CHECKING:
-    from robot_rl.data.store import EpisodeStore
+
+class EpisodeStore(Protocol):
+    """What a writer uses of :class:`robot_rl.data.store.EpisodeStore` (which imports this module)."""
+
+    schema: StepSchema | None
+    tasks: list[str]
+    _root: Any
+    _ends: np.ndarray
+    _writer: EpisodeWriter | None
+
+    @property
+    def num_episodes(self) -> int:
+        """Committed episodes."""
+
+    @property
+    def num_frames(self) -> int:
+        """Committed frames."""
+
+    def _init_schema(self, schema: StepSchema) -> None: ...
+
+    def _get(self, group: str, name: str) -> Any: ...
+
+    def _drop_uncommitted(self) -> None: ...
 
 
 class EpisodeWriter:

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+import robot_rl.robots.cf2x as cf2x
+import robot_rl.robots.g1 as g1
+import robot_rl.robots.panda as panda
+import robot_rl.robots.scenes as scenes
 from robot_rl.core import Embodiment, SpecError
-from robot_rl.robots import cf2x, g1, panda, scenes
 from robot_rl.robots._mjspec import qpos_indices
 
 

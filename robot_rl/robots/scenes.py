@@ -10,7 +10,9 @@ from collections.abc import Sequence
 import mujoco
 import numpy as np
 
-from robot_rl.robots import cf2x, g1, panda
+import robot_rl.robots.cf2x as cf2x
+import robot_rl.robots.g1 as g1
+import robot_rl.robots.panda as panda
 
 CUBE_HALF = 0.025
 """Half edge of the arm tasks' cube [m] (5 cm cube fits the 8 cm Franka Hand)."""
