@@ -23,11 +23,8 @@ from robot_rl.core import FieldSpec
 from robot_rl.data.schema import DatasetError
 from robot_rl.data.store import EpisodeStore
 from robot_rl.runtime.episode import act, reset_agent
+from robot_rl.sim.alignment import AlignmentError
 from robot_rl.sim.base_env import RobotEnv, StateOverride
-
-
-class AlignmentError(ValueError):
-    """Recorded data or an alignment artefact cannot be used; the message names the episode or file."""
 
 
 class MeasuredState(gym.ObservationWrapper):
@@ -232,7 +229,7 @@ def _pose_log_actions(name: str, ep: dict[str, np.ndarray], actions: np.ndarray,
     The gripper becomes the arm envs' action in [-1, 1]; the pose stays as it is (``cartesian_pose``) or, with
     ``as_deltas``, becomes the 6-D delta actions that reach each target from the measured tool pose.
     """
-    from robot_rl.sim.arm_actions import deltas_from_targets
+    from robot_rl.runtime.arm_actions import deltas_from_targets
 
     if actions.ndim != 2 or actions.shape[1] != 8:
         raise AlignmentError(f"episode {name}: absolute tool targets have 8 values per step, got {actions.shape}")

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from robot_rl.robots import cf2x, g1, panda
+from robot_rl.robots.descriptions import DESCRIPTIONS, RobotDescription, description
+from robot_rl.sim.alignment import feature_dim, state_features
 
 Metric = Callable[["StateLayout", mujoco.MjModel, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
@@ -29,13 +30,6 @@ def _quat_angle(q1: np.ndarray, q2: np.ndarray) -> np.ndarray:
     """Rotation angle between unit quaternions (..., 4) [rad]."""
     dot = np.abs(np.sum(q1 * q2, axis=-1)) / (np.linalg.norm(q1, axis=-1) * np.linalg.norm(q2, axis=-1) + 1e-12)
     return 2.0 * np.arccos(np.clip(dot, 0.0, 1.0))
-
-
-def _rotate_inverse(quat: np.ndarray, vec: np.ndarray) -> np.ndarray:
-    """``vec`` (N, 3) expressed in the frame of the wxyz quaternions ``quat`` (N, 4)."""
-    w, xyz = quat[:, :1], -quat[:, 1:]
-    t = 2.0 * np.cross(xyz, vec)
-    return vec + w * t + np.cross(xyz, t)
 
 
 @dataclass(frozen=True)
@@ -72,24 +66,14 @@ class StateLayout:
     def features(self, qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
         """Delta-model inputs (N, F) of states (N, nq) / (N, nv): what the dynamics depend on.
 
-        Free bases keep the height but not the x-y position and give their orientation as the gravity
-        direction in the body frame (ASAP's "projected gravity"), their linear velocity in the body frame:
-        the dynamics are the same at every place and heading, so a correction learnt at one applies at all.
-        Joint states pass unchanged.
+        See :func:`robot_rl.sim.alignment.state_features` (the aligned simulator computes the same).
         """
-        qpos, qvel = np.atleast_2d(qpos), np.atleast_2d(qvel)
-        if not self.free_base:
-            return np.concatenate([qpos, qvel], axis=1)
-        quat = qpos[:, 3:7] / np.linalg.norm(qpos[:, 3:7], axis=1, keepdims=True)
-        gravity = _rotate_inverse(quat, np.broadcast_to([0.0, 0.0, -1.0], (len(quat), 3)))
-        lin_body = _rotate_inverse(quat, qvel[:, 0:3])
-        return np.concatenate([qpos[:, 2:3], gravity, qpos[:, 7:], lin_body, qvel[:, 3:]], axis=1)
+        return state_features(qpos, qvel, self.free_base)
 
     @property
     def feature_dim(self) -> int:
         """Length of a feature vector."""
-        return int(self.features(np.r_[np.zeros(3), 1.0, np.zeros(self.nq - 4)] if self.free_base
-                                 else np.zeros(self.nq), np.zeros(self.nv)).shape[1])
+        return feature_dim(self.nq, self.nv, self.free_base)
 
     def error(self, model: mujoco.MjModel, qpos_sim: np.ndarray, qvel_sim: np.ndarray, qpos_real: np.ndarray,
               qvel_real: np.ndarray) -> dict[str, np.ndarray]:
@@ -158,30 +142,25 @@ _METRICS: dict[str, Metric] = {
 of the layout's bodies [m] (ASAP's global MPJPE; the end effector for an arm); ``position`` / ``attitude``:
 base position [m] and rotation angle [rad]."""
 
-_G1_BODIES = ("pelvis", "left_ankle_roll_link", "right_ankle_roll_link", "left_knee_link", "right_knee_link",
-              "torso_link", "left_wrist_yaw_link", "right_wrist_yaw_link", "left_elbow_link", "right_elbow_link")
+def _layout(d: RobotDescription) -> StateLayout:
+    """The layout of a robot from its description: its own qpos/qvel entries and how its replays are scored."""
+    if d.replay is None:
+        raise KeyError(f"robot {d.name!r}: its description gives no replay errors (RobotDescription.replay)")
+    return StateLayout(robot=d.name, qpos_index=d.state_qpos_index, qvel_index=d.state_qvel_index,
+                       free_base=d.base is not None, bodies=d.replay.bodies, errors=d.replay.errors,
+                       units=d.replay.units, cost_weights=d.replay.cost_weights)
 
-LAYOUTS: dict[str, StateLayout] = {
-    "cf2x": StateLayout(
-        robot="cf2x", qpos_index=np.arange(cf2x.QPOS_BASE_QUAT.stop),
-        qvel_index=np.arange(cf2x.QVEL_BASE_ANGVEL.stop), free_base=True, bodies=(),
-        errors=("position", "attitude"), units=("m", "rad"), cost_weights=(1.0, 1.0)),
-    "panda": StateLayout(
-        robot="panda", qpos_index=np.arange(panda.QPOS_GRIPPER.stop),
-        qvel_index=np.arange(panda.QVEL_GRIPPER.stop), free_base=False,
-        bodies=("hand",), errors=("body_position", "joint"), units=("m", "rad"), cost_weights=(1.0, 0.1)),
-    "g1": StateLayout(
-        robot="g1", qpos_index=np.arange(g1.QPOS_JOINTS.stop),
-        qvel_index=np.arange(g1.QVEL_JOINTS.stop), free_base=True, bodies=_G1_BODIES,
-        errors=("body_position", "joint", "position", "attitude"), units=("m", "rad", "m", "rad"),
-        cost_weights=(1.0, 0.1, 0.0, 0.0)),
-}
-"""Robot name -> layout, from the robots' named slices: the Crazyflie's free base, the Panda's arm and
-gripper joints, the G1's free base and 29 joints."""
+
+LAYOUTS: dict[str, StateLayout] = {name: _layout(d) for name, d in DESCRIPTIONS.items() if d.replay is not None}
+"""Robot name -> layout of the robots described with replay errors (the Crazyflie's free base, the Panda's arm
+and gripper joints, the G1's free base and 29 joints)."""
 
 
 def layout_for(robot: str) -> StateLayout:
-    """The layout of ``robot``; a KeyError lists the robots that have one."""
-    if robot not in LAYOUTS:
-        raise KeyError(f"no alignment state layout for robot {robot!r}; known: {sorted(LAYOUTS)}")
-    return LAYOUTS[robot]
+    """The layout of ``robot`` (from its description); a KeyError lists the robots that have one."""
+    if robot in LAYOUTS:
+        return LAYOUTS[robot]
+    try:
+        return _layout(description(robot))
+    except KeyError:
+        raise KeyError(f"no alignment state layout for robot {robot!r}; known: {sorted(LAYOUTS)}") from None

@@ -12,68 +12,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 from tqdm import tqdm
 
 from robot_rl.align.config import ModelSettings
 from robot_rl.core.device import resolve_device
-from robot_rl.policies.mlp import build_mlp
+from robot_rl.sim.alignment import OBS_CLIP, SQUASHES, CorrectionMLP
+
+__all__ = ["OBS_CLIP", "SQUASHES", "CorrectionMLP", "FitDiverged", "FitReport", "fit_regression"]
 
 
 class FitDiverged(RuntimeError):
     """A fit's loss became non-finite or ended above where it started; nothing was saved."""
-
-
-SQUASHES = ("linear", "tanh", "clip")
-OBS_CLIP = 10.0
-"""Z-scored inputs are clipped to this (as robot_rl.rl's policies)."""
-
-
-class CorrectionMLP(nn.Module):
-    """(features, action) -> correction: z-scored inputs, an MLP, a squash, a scale.
-
-    The squash is none, tanh, or a clip to [-1, 1] (PPO's Gaussian mean); then ``* out_scale + out_offset``.
-    """
-
-    def __init__(self, in_dim: int, out_dim: int, hidden: tuple[int, ...], squash: str = "linear",
-                 activation: str = "elu") -> None:
-        super().__init__()
-        if squash not in SQUASHES:
-            raise ValueError(f"squash: expected one of {SQUASHES}, got {squash!r}")
-        self.in_dim, self.out_dim, self.hidden, self.squash = in_dim, out_dim, tuple(hidden), squash
-        self.activation = activation
-        self.mlp = build_mlp(in_dim, out_dim, self.hidden, activation, False)
-        self.register_buffer("in_mean", torch.zeros(in_dim))
-        self.register_buffer("in_std", torch.ones(in_dim))
-        self.register_buffer("out_scale", torch.ones(out_dim))
-        self.register_buffer("out_offset", torch.zeros(out_dim))
-
-    in_mean: torch.Tensor
-    in_std: torch.Tensor
-    out_scale: torch.Tensor
-    out_offset: torch.Tensor
-
-    def set_buffers(self, **values: np.ndarray) -> None:
-        """Write the named statistics (``in_mean``, ``in_std``, ``out_scale``, ``out_offset``) from numpy."""
-        for name, value in values.items():
-            getattr(self, name).copy_(torch.as_tensor(np.asarray(value), dtype=torch.float32))
-
-    def raw(self, x: torch.Tensor) -> torch.Tensor:
-        """The network's output before scaling (what the regression fits)."""
-        out = self.mlp(((x - self.in_mean) / self.in_std).clamp(-OBS_CLIP, OBS_CLIP))
-        if self.squash == "tanh":
-            return torch.tanh(out)
-        return out.clamp(-1.0, 1.0) if self.squash == "clip" else out
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        return self.raw(x) * self.out_scale + self.out_offset
-
-    @torch.no_grad()
-    def predict(self, features: np.ndarray, *actions: np.ndarray) -> np.ndarray:
-        """Corrections (N, out_dim) for numpy inputs: features (N, F), then action arrays (N, A) each."""
-        x = torch.as_tensor(np.concatenate([features, *actions], axis=1), dtype=torch.float32,
-                            device=self.in_mean.device)
-        return self(x).cpu().numpy().astype(np.float64)
 
 
 @dataclass

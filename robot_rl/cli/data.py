@@ -205,7 +205,7 @@ def _record(args: argparse.Namespace) -> int:
 def _make_expert(spec: str, env: Any, env_id: str) -> Any:
     """The expert ``--expert`` names: the env's scripted one (``auto``), the keyboard, or ``module:attr``."""
     if spec == "keyboard":
-        from robot_rl.data.keyboard import KeyboardExpert
+        from robot_rl.teleop.keyboard_expert import KeyboardExpert
 
         return KeyboardExpert(env)
     if spec == "auto":

@@ -70,6 +70,24 @@ class Gripper:
         return self.ctrl_closed + opening * (self.ctrl_open - self.ctrl_closed)
 
 
+@dataclass(frozen=True)
+class ReplayErrors:
+    """How a replay of this robot's recorded states is scored (``robot_rl.align``, ASAP's metrics)."""
+
+    errors: tuple[str, ...]
+    """Error names (``joint``, ``body_position``, ``position``, ``attitude``), first the one fits minimise."""
+    units: tuple[str, ...]
+    """Unit of each error."""
+    cost_weights: tuple[float, ...]
+    """Weight of each error in the scalar cost system identification minimises."""
+    bodies: tuple[str, ...] = ()
+    """Bodies whose world positions ``body_position`` compares."""
+
+    def __post_init__(self) -> None:
+        if not self.errors or not len(self.errors) == len(self.units) == len(self.cost_weights):
+            raise SpecError("ReplayErrors: one unit and one cost weight per error, at least one error")
+
+
 SceneBuilder = Callable[[bool], mujoco.MjSpec]
 """Builds the robot's scene; the argument asks for the task object (ignored without one)."""
 Actuate = Callable[[np.ndarray, float], np.ndarray]
@@ -102,6 +120,8 @@ class RobotDescription:
     """The gripper (arms with a hand)."""
     object_body: str | None = None
     """Body of the task object when the scene has one (``build_scene(True)``)."""
+    replay: ReplayErrors | None = None
+    """How replays of its recorded states are scored (robots that can be aligned)."""
 
     def __post_init__(self) -> None:
         if self.name != self.embodiment.name:
@@ -131,6 +151,18 @@ class RobotDescription:
     def flies(self) -> bool:
         """Whether a pose target means a flight setpoint (position + yaw) rather than a tool pose."""
         return self.kind == "quadrotor"
+
+    @property
+    def state_qpos_index(self) -> np.ndarray:
+        """Its own entries of ``qpos`` (robot first in every scene): free base, joints, gripper joints."""
+        return np.arange((7 if self.base is not None else 0) + self.embodiment.n_joints
+                         + len(self.embodiment.gripper_joints))
+
+    @property
+    def state_qvel_index(self) -> np.ndarray:
+        """Its own entries of ``qvel``: base twist, joint and gripper joint rates."""
+        return np.arange((6 if self.base is not None else 0) + self.embodiment.n_joints
+                         + len(self.embodiment.gripper_joints))
 
     def home_qpos(self, model: mujoco.MjModel) -> np.ndarray:
         """The full qpos of ``model`` (a scene of this robot) with the robot at home."""
@@ -166,17 +198,21 @@ PANDA = RobotDescription(
     name=panda.NAME, embodiment=panda.EMBODIMENT, build_scene=scenes.arm_scene,
     actuators=(*panda.ARM_ACTUATORS, panda.GRIPPER_ACTUATOR), actuate=_panda_actuate,
     home_q=tuple(float(v) for v in panda.HOME_Q), ee_site=panda.EE_SITE, gripper=_PANDA_GRIPPER,
-    object_body=scenes.OBJECT_BODY)
+    object_body=scenes.OBJECT_BODY,
+    replay=ReplayErrors(("body_position", "joint"), ("m", "rad"), (1.0, 0.1), bodies=("hand",)))
 G1 = RobotDescription(
     name=g1.NAME, embodiment=g1.EMBODIMENT, build_scene=lambda with_object: scenes.humanoid_scene(),
     actuators=g1.ACTUATOR_NAMES, actuate=_identity, home_q=tuple(float(v) for v in g1.STAND_Q),
     base=FloatingBase(g1.FREE_JOINT, g1.PELVIS_BODY, g1.QPOS_BASE_POS, g1.QPOS_BASE_QUAT,
-                      g1.QVEL_BASE_LINVEL, g1.QVEL_BASE_ANGVEL), home_base_pos=(0.0, 0.0, g1.STAND_BASE_HEIGHT))
+                      g1.QVEL_BASE_LINVEL, g1.QVEL_BASE_ANGVEL), home_base_pos=(0.0, 0.0, g1.STAND_BASE_HEIGHT),
+    replay=ReplayErrors(("body_position", "joint", "position", "attitude"), ("m", "rad", "m", "rad"),
+                        (1.0, 0.1, 0.0, 0.0), bodies=g1.TRACKED_BODIES))
 CF2X = RobotDescription(
     name=cf2x.NAME, embodiment=cf2x.EMBODIMENT, build_scene=lambda with_object: scenes.quadrotor_scene(),
     actuators=(*cf2x.THRUST_ACTUATORS, *cf2x.YAW_TORQUE_ACTUATORS), actuate=_rotors, home_q=(),
     base=FloatingBase(cf2x.FREE_JOINT, cf2x.BODY, cf2x.QPOS_BASE_POS, cf2x.QPOS_BASE_QUAT,
-                      cf2x.QVEL_BASE_LINVEL, cf2x.QVEL_BASE_ANGVEL), home_base_pos=(0.0, 0.0, 1.0))
+                      cf2x.QVEL_BASE_LINVEL, cf2x.QVEL_BASE_ANGVEL), home_base_pos=(0.0, 0.0, 1.0),
+    replay=ReplayErrors(("position", "attitude"), ("m", "rad"), (1.0, 1.0)))
 
 DESCRIPTIONS: dict[str, RobotDescription] = {d.name: d for d in (PANDA, G1, CF2X)}
 """Robot name -> its description."""

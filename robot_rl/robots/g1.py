@@ -32,6 +32,9 @@ ACTUATOR_NAMES = JOINT_NAMES
 """Menagerie names each actuator after its joint."""
 FREE_JOINT = "floating_base_joint"
 PELVIS_BODY = "pelvis"
+TRACKED_BODIES = ("pelvis", "left_ankle_roll_link", "right_ankle_roll_link", "left_knee_link", "right_knee_link",
+                  "torso_link", "left_wrist_yaw_link", "right_wrist_yaw_link", "left_elbow_link", "right_elbow_link")
+"""Bodies whose world positions a replay compares (ASAP's global body-position error)."""
 TORSO_BODY = "torso_link"
 IMU_PELVIS_SITE = "imu_in_pelvis"
 IMU_TORSO_SITE = "imu_in_torso"

@@ -7,7 +7,7 @@ would have produced the motion a human caused). The scaling lives here once; the
 :func:`joint_position_map` and :func:`thrust_body_rates`, so the node can never drift from training.
 
 * ``cartesian_delta`` (arms, 7): ``delta_pose`` in [-1, 1]^6 integrated by
-  :class:`~robot_rl.sim.arm_actions.CartesianDeltaIntegrator` + gripper in [-1 closed, 1 open] -> PoseTarget;
+  :class:`~robot_rl.runtime.arm_actions.CartesianDeltaIntegrator` + gripper in [-1 closed, 1 open] -> PoseTarget;
 * ``cartesian_pose`` (arms, 8; alias ``absolute_pose``, what the recorder node stores): position, quaternion
   wxyz, gripper opening 0..1 -> PoseTarget;
 * ``joint_position``: the humanoid's offsets around its crouched posture (x ``HUMANOID_ACTION_SCALE`` rad),
@@ -28,7 +28,7 @@ from robot_rl.control.rotations import quat_to_mat
 from robot_rl.control.targets import BodyRateTarget, JointTarget, PoseTarget
 from robot_rl.core import ControlMode, SpecError
 from robot_rl.robots import cf2x, g1, robot_module
-from robot_rl.sim.arm_actions import CartesianDeltaIntegrator, workspace
+from robot_rl.runtime.arm_actions import CartesianDeltaIntegrator, workspace
 
 HUMANOID_ACTION_SCALE = 0.5
 """Radians of G1 joint-target offset at action magnitude 1 (around the crouched default posture)."""

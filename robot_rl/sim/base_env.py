@@ -144,7 +144,7 @@ class RobotEnv(gym.Env):
         self._diverged = False
         self.delta_action: Callable[[RobotEnv, np.ndarray], np.ndarray] | None = None
         if self.config.delta_action:
-            from robot_rl.align.artifacts import load_delta_action
+            from robot_rl.sim.alignment import load_delta_action
 
             self.delta_action = load_delta_action(self.config.delta_action, self)
         self.compiled_physics = self.backend.compiled_available

@@ -39,7 +39,7 @@ from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import JointTarget, PoseTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices, scenes
-from robot_rl.sim.arm_actions import (  # noqa: F401 - re-exported for the experts and tests
+from robot_rl.runtime.arm_actions import (  # noqa: F401 - re-exported for the experts and tests
     MAX_ANG_SPEED,
     MAX_LIN_SPEED,
     WORKSPACE,
