@@ -28,14 +28,12 @@ from robot_rl.sim.batch_physics import make_batch_physics
 from robot_rl.sim.envs.quad_base import (
     INERTIA,
     MAX_BODY_RATE,
-    MAX_DISTANCE,
-    MAX_TILT_COS,
-    MIN_HEIGHT,
     RATE_GAIN,
     lead_alpha,
     lead_motors,
 )
 from robot_rl.sim.envs.quad_hover import SUCCESS_DISTANCE, SUCCESS_SPEED, QuadHoverEnv
+from robot_rl.sim.envs.quad_reward import crashed, reward_terms
 
 GOAL = np.array([0.0, 0.0, 1.0])
 
@@ -169,15 +167,9 @@ class BatchedQuadHover(gym.vector.VectorEnv):
         pos, vel = self.qpos[:, cf2x.QPOS_BASE_POS], self.qvel[:, cf2x.QVEL_BASE_LINVEL]
         z_axis = _quat_z_axis(self.qpos[:, cf2x.QPOS_BASE_QUAT])
         dist = np.linalg.norm(pos - GOAL, axis=1)
-        terms = {
-            "position": -dist,
-            "velocity": -0.1 * np.linalg.norm(vel, axis=1),
-            "upright": -0.2 * (1.0 - z_axis[:, 2]),
-            "body_rates": -0.01 * np.linalg.norm(self.qvel[:, cf2x.QVEL_BASE_ANGVEL], axis=1),
-            "alive": np.full(self.num_envs, 0.5),
-        }
+        terms = reward_terms(dist, vel, z_axis[:, 2], self.qvel[:, cf2x.QVEL_BASE_ANGVEL])  # hover: goal at rest
         diverged = ~np.all(np.isfinite(self.qpos), axis=1)
-        terminated = (pos[:, 2] < MIN_HEIGHT) | (z_axis[:, 2] < MAX_TILT_COS) | (dist > MAX_DISTANCE)
+        terminated = crashed(pos[:, 2], z_axis[:, 2], dist)
         terminated &= ~diverged
         truncated = ((self._steps >= self.max_episode_steps) & ~terminated) | diverged
         reward = np.where(diverged, 0.0, sum(terms.values()))

@@ -33,17 +33,16 @@ from robot_rl.runtime.actions import MAX_BODY_RATE as MAX_BODY_RATE
 from robot_rl.runtime.actions import thrust_body_rates
 from robot_rl.sim.backend import SubstepLoop
 from robot_rl.sim.base_env import RobotEnv
+from robot_rl.sim.envs.quad_reward import MAX_DISTANCE as MAX_DISTANCE
+from robot_rl.sim.envs.quad_reward import MAX_TILT_COS as MAX_TILT_COS
+from robot_rl.sim.envs.quad_reward import MIN_HEIGHT as MIN_HEIGHT
+from robot_rl.sim.envs.quad_reward import crashed, reward_terms
 
 RATE_GAIN = 40.0
 """Proportional gain of the in-loop body-rate controller [1/s] (temporary, until robot_rl.control has one)."""
 MOTOR_LEAD_BANDWIDTH = 40.0
 """Bandwidth [1/s] at which the body-rate loop's lead makes the lagging motor thrusts follow its demand."""
 INERTIA = np.array(cf2x.INERTIA)
-MIN_HEIGHT = 0.1
-MAX_TILT_COS = np.cos(np.radians(80.0))
-MAX_DISTANCE = 3.0
-"""Crash: below MIN_HEIGHT (the collision sphere touches the floor at 0.065 m), tilted beyond 80 deg,
-or farther than MAX_DISTANCE from the goal."""
 _WRENCH_GAIN = INERTIA * RATE_GAIN
 _YAW_COEF = cf2x.YAW_TORQUE_SIGNS * cf2x.THRUST_TO_TORQUE  # what cf2x.rotor_commands multiplies thrusts by
 
@@ -237,14 +236,9 @@ class QuadEnv(RobotEnv):
     def _reward_terms(self) -> dict[str, float]:
         _, quat, lin, ang = self.state()
         up = quat_to_mat(quat)[2, 2]  # body z axis, world z component
-        return {
-            "position": -self.error(),
-            "velocity": -0.1 * float(np.linalg.norm(lin - self.goal_vel)),
-            "upright": -0.2 * (1.0 - float(up)),
-            "body_rates": -0.01 * float(np.linalg.norm(ang)),
-            "alive": 0.5,
-        }
+        terms = reward_terms(self.error(), lin - self.goal_vel, up, ang)
+        return {k: float(v) for k, v in terms.items()}
 
     def _terminated(self) -> bool:
         pos, quat, _, _ = self.state()
-        return bool(pos[2] < MIN_HEIGHT or quat_to_mat(quat)[2, 2] < MAX_TILT_COS or self.error() > MAX_DISTANCE)
+        return bool(crashed(pos[2], quat_to_mat(quat)[2, 2], self.error()))
