@@ -49,8 +49,14 @@ class ControlConfig:
 
 
 def controller_config_path(robot: str) -> Path:
-    """``controllers/<robot>.yaml`` of the installed package or source checkout."""
-    return share_path("controllers", f"{robot}.yaml")
+    """``controllers/<robot>.yaml`` of the installed package or source checkout.
+
+    A robot whose description names its own file (``RobotDescription.controllers_yaml``) gets that file.
+    """
+    from robot_rl.robots.descriptions import DESCRIPTIONS
+
+    own = DESCRIPTIONS[robot].controllers_yaml if robot in DESCRIPTIONS else None
+    return Path(own) if own else share_path("controllers", f"{robot}.yaml")
 
 
 def load_control_config(robot: str, overrides: tuple[str, ...] | list[str] = (),
@@ -88,12 +94,11 @@ def build_controller(robot: str, model: mujoco.MjModel | None = None, data: mujo
         config: A loaded config; None loads ``controllers/<robot>.yaml``.
         safety: Wrap in :class:`SafetyLayer`.
     """
-    from robot_rl.robots import robot_module
+    from robot_rl.robots.descriptions import description
 
     cfg = config if config is not None else load_control_config(robot)
     mode = mode or cfg.default
-    mod = robot_module(robot)
-    emb = mod.EMBODIMENT
+    emb = description(robot).embodiment
     section = getattr(cfg, mode, None) if mode in MODES else None
     if section is None:
         raise ConfigError(f"{robot}: no {mode!r} controller configured (known: "
@@ -107,6 +112,8 @@ def build_controller(robot: str, model: mujoco.MjModel | None = None, data: mujo
         if needs_model:
             if model is None:
                 raise ConfigError(f"{robot}: the {mode} controller needs the MuJoCo model")
+            if emb.end_effector_frame is None:
+                raise ConfigError(f"{robot}: the {mode} controller (or its compensation) needs an end effector frame")
             arm_model = MujocoArmModel(model, emb.joint_names, emb.end_effector_frame, data)
         if mode == "cartesian":
             assert arm_model is not None

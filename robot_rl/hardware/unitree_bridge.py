@@ -34,10 +34,12 @@ from robot_rl.control.targets import JointTarget, as_vector
 from robot_rl.control.watchdog import Watchdog
 from robot_rl.core.config import ConfigError
 from robot_rl.hardware import unitree_idl as idl
-from robot_rl.robots import g1
+from robot_rl.robots.descriptions import DESCRIPTIONS, description
 
-ROBOTS = {"g1": g1}
-"""Robots the bridge knows (``unitree_hg`` family, joint names in Unitree motor order)."""
+
+def unitree_robots() -> list[str]:
+    """Robots the bridge drives: those whose description lists ``unitree_hg`` (joints in Unitree motor order)."""
+    return sorted(name for name, d in DESCRIPTIONS.items() if "unitree_hg" in d.bridges)
 
 
 class BridgeMode(str, enum.Enum):
@@ -77,8 +79,8 @@ class UnitreeBridgeConfig:
     """Default stiffness per joint [Nm/rad] (one value = all joints; empty = controllers/<robot>.yaml)."""
     kd: tuple[float, ...] = ()
     """Default damping per joint [Nm s/rad] (empty = controllers/<robot>.yaml)."""
-    max_kp: float = 500.0
-    """Largest stiffness a target may ask for [Nm/rad]."""
+    max_kp: float = 0.0
+    """Largest stiffness a target may ask for [Nm/rad]; 0: ``joint.max_kp`` of controllers/<robot>.yaml."""
     max_kd: float = 50.0
     """Largest damping a target may ask for [Nm s/rad]."""
     limit_margin: float = 0.0
@@ -87,13 +89,13 @@ class UnitreeBridgeConfig:
     """``mode_pr`` sent: 0 = ankles as pitch/roll (what policies trained on URDF joints expect), 1 = A/B."""
 
     def __post_init__(self) -> None:
-        if self.robot not in ROBOTS:
-            raise ConfigError(f"robot must be one of {sorted(ROBOTS)}, got {self.robot!r} (H1 speaks unitree_go)")
-        for name in ("rate_hz", "command_timeout_s", "link_timeout_s", "max_kp", "max_kd"):
+        if self.robot not in unitree_robots():
+            raise ConfigError(f"robot must be one of {unitree_robots()}, got {self.robot!r} (H1 speaks unitree_go)")
+        for name in ("rate_hz", "command_timeout_s", "link_timeout_s", "max_kd"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        if not (self.ramp_time_s >= 0 and self.damping_kd >= 0 and self.limit_margin >= 0):
-            raise ConfigError("ramp_time_s, damping_kd and limit_margin must be >= 0")
+        if not (self.ramp_time_s >= 0 and self.damping_kd >= 0 and self.limit_margin >= 0 and self.max_kp >= 0):
+            raise ConfigError("ramp_time_s, damping_kd, limit_margin and max_kp must be >= 0")
         if self.mode_pr not in (0, 1):
             raise ConfigError(f"mode_pr must be 0 (PR) or 1 (AB), got {self.mode_pr}")
 
@@ -140,15 +142,19 @@ class UnitreeBridge:
 
     def __init__(self, config: UnitreeBridgeConfig) -> None:
         self.config = config
-        robot = ROBOTS[config.robot]
-        self.joint_names: tuple[str, ...] = robot.JOINT_NAMES
+        emb = description(config.robot).embodiment
+        self.joint_names: tuple[str, ...] = tuple(emb.joint_names)
         n = self.n = len(self.joint_names)
-        limits = robot.EMBODIMENT.limits
+        limits = emb.limits
         self.lower = np.asarray(limits.position_lower) - config.limit_margin
         self.upper = np.asarray(limits.position_upper) + config.limit_margin
         self.effort = np.asarray(limits.effort, dtype=np.float64)
         self.velocity = np.asarray(limits.velocity, dtype=np.float64)
-        joint = load_control_config(config.robot).joint if not (config.kp and config.kd) else None
+        joint = load_control_config(config.robot).joint
+        self.max_kp = config.max_kp or (joint.max_kp if joint is not None else 0.0)
+        if not self.max_kp > 0:
+            raise ConfigError(f"max_kp: none given and controllers/{config.robot}.yaml has no joint section")
+        joint = joint if not (config.kp and config.kd) else None
         self.kp = per_joint("kp", config.kp or (joint.kp if joint else ()), n)
         self.kd = per_joint("kd", config.kd or (joint.kd if joint else ()), n)
         try:
@@ -312,7 +318,7 @@ class UnitreeBridge:
                               self.kd if target.kd is None else target.kd)
 
     def _check_gains(self, kp: np.ndarray, kd: np.ndarray) -> None:
-        if np.any(kp < 0) or np.any(kp > self.config.max_kp):
-            raise TargetRejected(f"kp must be in [0, {self.config.max_kp}]")
+        if np.any(kp < 0) or np.any(kp > self.max_kp):
+            raise TargetRejected(f"kp must be in [0, {self.max_kp}]")
         if np.any(kd < 0) or np.any(kd > self.config.max_kd):
             raise TargetRejected(f"kd must be in [0, {self.config.max_kd}]")

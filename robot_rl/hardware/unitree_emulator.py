@@ -33,7 +33,8 @@ import numpy as np
 from robot_rl.control.stepping import StateIndex, step_physics
 from robot_rl.hardware import unitree_idl as idl
 from robot_rl.hardware.unitree_dds import UnitreeDds
-from robot_rl.robots import actuator_indices, description, g1
+from robot_rl.robots import actuator_indices, description
+from robot_rl.robots.descriptions import DESCRIPTIONS
 
 SUPPORTS = ("gantry", "band", "none")
 GANTRY_HEIGHT = 0.86
@@ -51,7 +52,7 @@ class EmulatorConfig:
     interface: str = "lo"
     """Network interface the participant binds to."""
     robot: str = "g1"
-    """Only g1 (29 DoF, unitree_hg)."""
+    """A robot whose description lists the ``unitree_hg`` bridge (the G1, 29 DoF)."""
     support: str = "gantry"
     """gantry | band | none."""
     idle: str = "damping"
@@ -66,8 +67,9 @@ class EmulatorConfig:
     """Robot type code reported in LowState (the bridge echoes it)."""
 
     def __post_init__(self) -> None:
-        if self.robot != "g1":
-            raise ValueError(f"only g1 is emulated (H1 speaks unitree_go), got {self.robot!r}")
+        hg = [name for name, d in DESCRIPTIONS.items() if "unitree_hg" in d.bridges]
+        if self.robot not in hg:
+            raise ValueError(f"only {hg} are emulated (unitree_hg; H1 speaks unitree_go), got {self.robot!r}")
         if self.support not in SUPPORTS or self.idle not in ("damping", "limp"):
             raise ValueError(f"support must be one of {SUPPORTS} and idle damping|limp")
         if not (0 < self.rate_hz <= self.physics_hz and self.physics_hz <= 5000):
@@ -80,27 +82,29 @@ class G1Emulator:
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
         desc = description(config.robot)
+        base, joints = desc.base, desc.embodiment.joint_names
+        assert base is not None and desc.home_base_pos is not None  # a unitree_hg robot is a humanoid
         spec = desc.build_scene(False)
         if config.support == "gantry":  # weld the pelvis to the world: remove its free joint, hang it higher
-            spec.delete(spec.joint(g1.FREE_JOINT))
+            spec.delete(spec.joint(base.joint))
             for key in list(spec.keys):
                 spec.delete(key)
-            pelvis = spec.body(g1.PELVIS_BODY)
+            pelvis = spec.body(base.body)
             pelvis.pos = [0.0, 0.0, GANTRY_HEIGHT]
             for child in pelvis.bodies:  # welded to the world, the pelvis loses MuJoCo's parent-child filter
-                spec.add_exclude(bodyname1=g1.PELVIS_BODY, bodyname2=child.name)
+                spec.add_exclude(bodyname1=base.body, bodyname2=child.name)
         model = self.model = spec.compile()
         model.opt.timestep = 1.0 / config.physics_hz
         data = self.data = mujoco.MjData(model)
-        self.index = StateIndex.from_model(model, g1.JOINT_NAMES, None if config.support == "gantry" else g1.FREE_JOINT)
+        self.index = StateIndex.from_model(model, joints, None if config.support == "gantry" else base.joint)
         self.actuators = actuator_indices(model, desc.actuators)
-        self.pelvis = model.body(g1.PELVIS_BODY).id
-        self.effort = np.asarray(g1.EFFORT_LIMITS, dtype=np.float64)
-        self.n = len(g1.JOINT_NAMES)
+        self.pelvis = model.body(base.body).id
+        self.effort = np.asarray(desc.embodiment.limits.effort, dtype=np.float64)
+        self.n = len(joints)
         qpos = model.qpos0.copy()
-        qpos[self.index.qpos] = g1.STAND_Q
+        qpos[self.index.qpos] = desc.home_q
         if self.index.base_qpos is not None:
-            height = GANTRY_HEIGHT if config.support == "band" else g1.STAND_BASE_HEIGHT
+            height = GANTRY_HEIGHT if config.support == "band" else desc.home_base_pos[2]
             qpos[self.index.base_qpos:self.index.base_qpos + 7] = (0.0, 0.0, height, 1.0, 0.0, 0.0, 0.0)
         data.qpos[:] = qpos
         mujoco.mj_forward(model, data)

@@ -14,7 +14,7 @@ from types import ModuleType
 from robot_rl.core import Embodiment
 from robot_rl.robots import cf2x, g1, panda
 from robot_rl.robots._mjspec import actuator_indices, dof_indices, qpos_indices
-from robot_rl.robots.descriptions import DESCRIPTIONS, RobotDescription, description
+from robot_rl.robots.descriptions import DESCRIPTIONS, RobotDescription, description, register, unregister
 
 ROBOTS: dict[str, ModuleType] = {"panda": panda, "g1": g1, "cf2x": cf2x}
 """Robot name -> its module."""
@@ -28,9 +28,10 @@ def robot_module(name: str) -> ModuleType:
 
 
 def embodiment(name: str) -> Embodiment:
-    """The :class:`Embodiment` of robot ``name``."""
-    return robot_module(name).EMBODIMENT
+    """The :class:`Embodiment` of robot ``name`` (from its description)."""
+    return description(name).embodiment
 
 
 __all__ = ["DESCRIPTIONS", "ROBOTS", "RobotDescription", "actuator_indices", "cf2x", "description",
-           "dof_indices", "embodiment", "g1", "panda", "qpos_indices", "robot_module"]
+           "dof_indices", "embodiment", "g1", "panda", "qpos_indices", "register", "robot_module",
+           "unregister"]

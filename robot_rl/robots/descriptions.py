@@ -8,8 +8,9 @@ adding one description. ``robot_rl.robots.description(name)`` returns the regist
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -18,7 +19,7 @@ import robot_rl.robots.cf2x as cf2x
 import robot_rl.robots.g1 as g1
 import robot_rl.robots.panda as panda
 import robot_rl.robots.scenes as scenes
-from robot_rl.core import Embodiment, SpecError
+from robot_rl.core import ControlMode, Embodiment, SpecError
 from robot_rl.robots._mjspec import qpos_indices
 
 
@@ -122,6 +123,21 @@ class RobotDescription:
     """Body of the task object when the scene has one (``build_scene(True)``)."""
     replay: ReplayErrors | None = None
     """How replays of its recorded states are scored (robots that can be aligned)."""
+    joint_action_offset: tuple[float, ...] | None = None
+    """``joint_position`` actions are offsets in [-1, 1] around these joint angles (times
+    :attr:`joint_action_scale`); None: actions are absolute joint targets."""
+    joint_action_scale: float = 1.0
+    """Radians of joint target per ``joint_position`` action unit (offset actions only)."""
+    policy_mode: ControlMode | None = None
+    """The action space its policies (and the recorded human steps) use, None when not fixed."""
+    controllers_yaml: str | None = None
+    """Its controller config; None: ``controllers/<name>.yaml`` of the package (a robot described outside the
+    package points to its own file)."""
+    bridges: tuple[str, ...] = ()
+    """Vendor bridges that drive the real robot (``unitree_hg``, ``crazyflie``, ``px4``)."""
+    stand_ins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Named real-world stand-ins: ``robot_rl.sim.config.Randomization`` fields of each (collapsed ranges),
+    what the simulator runs as "the real robot" in the sim-to-real work (:mod:`robot_rl.sim.stand_in`)."""
 
     def __post_init__(self) -> None:
         if self.name != self.embodiment.name:
@@ -136,6 +152,11 @@ class RobotDescription:
             raise SpecError("RobotDescription.home_base_pos: given exactly when there is a floating base")
         if self.gripper is not None and self.gripper.joints != self.embodiment.gripper_joints:
             raise SpecError("RobotDescription.gripper.joints must equal the embodiment's gripper_joints")
+        if self.joint_action_offset is not None and len(self.joint_action_offset) != self.embodiment.n_joints:
+            raise SpecError(f"RobotDescription.joint_action_offset: {len(self.joint_action_offset)} values for "
+                            f"{self.embodiment.n_joints} joints")
+        if not self.joint_action_scale > 0:
+            raise SpecError("RobotDescription.joint_action_scale: must be positive")
 
     @property
     def kind(self) -> str:
@@ -198,24 +219,56 @@ PANDA = RobotDescription(
     name=panda.NAME, embodiment=panda.EMBODIMENT, build_scene=scenes.arm_scene,
     actuators=(*panda.ARM_ACTUATORS, panda.GRIPPER_ACTUATOR), actuate=_panda_actuate,
     home_q=tuple(float(v) for v in panda.HOME_Q), ee_site=panda.EE_SITE, gripper=_PANDA_GRIPPER,
-    object_body=scenes.OBJECT_BODY,
-    replay=ReplayErrors(("body_position", "joint"), ("m", "rad"), (1.0, 0.1), bodies=("hand",)))
+    object_body=scenes.OBJECT_BODY, policy_mode=ControlMode.CARTESIAN_DELTA,
+    replay=ReplayErrors(("body_position", "joint"), ("m", "rad"), (1.0, 0.1), bodies=("hand",)),
+    stand_ins={"default": dict(
+        mass_scale=(1.15, 1.15), friction_scale=(0.8, 0.8), damping_scale=(2.0, 2.0),
+        actuator_gain_scale=(0.92, 0.92), action_latency_s=(0.03, 0.03), latency_s=(0.002, 0.002),
+        motor_time_constant_s=(0.005, 0.005), action_noise_std=0.002, observation_noise_std=0.001)})
 G1 = RobotDescription(
     name=g1.NAME, embodiment=g1.EMBODIMENT, build_scene=lambda with_object: scenes.humanoid_scene(),
     actuators=g1.ACTUATOR_NAMES, actuate=_identity, home_q=tuple(float(v) for v in g1.STAND_Q),
     base=FloatingBase(g1.FREE_JOINT, g1.PELVIS_BODY, g1.QPOS_BASE_POS, g1.QPOS_BASE_QUAT,
                       g1.QVEL_BASE_LINVEL, g1.QVEL_BASE_ANGVEL), home_base_pos=(0.0, 0.0, g1.STAND_BASE_HEIGHT),
     replay=ReplayErrors(("body_position", "joint", "position", "attitude"), ("m", "rad", "m", "rad"),
-                        (1.0, 0.1, 0.0, 0.0), bodies=g1.TRACKED_BODIES))
+                        (1.0, 0.1, 0.0, 0.0), bodies=g1.TRACKED_BODIES),
+    joint_action_offset=tuple(float(v) for v in g1.CROUCH_Q), joint_action_scale=g1.ACTION_SCALE,
+    bridges=("unitree_hg",), policy_mode=ControlMode.JOINT_POSITION,
+    stand_ins={"default": dict(
+        mass_scale=(1.08, 1.08), friction_scale=(0.85, 0.85), damping_scale=(1.5, 1.5),
+        actuator_gain_scale=(0.93, 0.93), action_latency_s=(0.01, 0.01), motor_time_constant_s=(0.004, 0.004),
+        action_noise_std=0.002, observation_noise_std=0.002)})
 CF2X = RobotDescription(
     name=cf2x.NAME, embodiment=cf2x.EMBODIMENT, build_scene=lambda with_object: scenes.quadrotor_scene(),
     actuators=(*cf2x.THRUST_ACTUATORS, *cf2x.YAW_TORQUE_ACTUATORS), actuate=_rotors, home_q=(),
     base=FloatingBase(cf2x.FREE_JOINT, cf2x.BODY, cf2x.QPOS_BASE_POS, cf2x.QPOS_BASE_QUAT,
                       cf2x.QVEL_BASE_LINVEL, cf2x.QVEL_BASE_ANGVEL), home_base_pos=(0.0, 0.0, 1.0),
-    replay=ReplayErrors(("position", "attitude"), ("m", "rad"), (1.0, 1.0)))
+    replay=ReplayErrors(("position", "attitude"), ("m", "rad"), (1.0, 1.0)), bridges=("crazyflie", "px4"),
+    policy_mode=ControlMode.THRUST_BODY_RATES,
+    stand_ins={"default": dict(
+        mass_scale=(1.1, 1.1), damping_scale=(1.0, 1.0), actuator_gain_scale=(0.95, 0.95),
+        latency_s=(0.004, 0.004), motor_time_constant_s=(0.03, 0.03),
+        action_noise_std=0.01, observation_noise_std=0.002)})
 
 DESCRIPTIONS: dict[str, RobotDescription] = {d.name: d for d in (PANDA, G1, CF2X)}
 """Robot name -> its description."""
+
+
+def register(robot: RobotDescription, replace: bool = False) -> RobotDescription:
+    """Make ``robot`` known to every runtime (``description(robot.name)``); how a new robot joins.
+
+    Raises:
+        SpecError: when a robot of that name is already described (unless ``replace``).
+    """
+    if robot.name in DESCRIPTIONS and not replace:
+        raise SpecError(f"robot {robot.name!r} is already described")
+    DESCRIPTIONS[robot.name] = robot
+    return robot
+
+
+def unregister(name: str) -> None:
+    """Forget the robot ``name`` (a robot registered for a test)."""
+    DESCRIPTIONS.pop(name, None)
 
 
 def description(name: str) -> RobotDescription:

@@ -77,6 +77,8 @@ CROUCH_Q = STAND_Q.copy()
 CROUCH_Q[LEFT_LEG] = CROUCH_Q[RIGHT_LEG] = (-0.312, 0.0, 0.0, 0.669, -0.363, 0.0)
 """Slightly bent knees: the usual Unitree default posture for balancing and walking."""
 CROUCH_BASE_HEIGHT = 0.755
+ACTION_SCALE = 0.5
+"""Radians of joint-target offset at action magnitude 1 (``joint_position`` actions, around ``CROUCH_Q``)."""
 
 EFFORT_LIMITS = (
     88, 139, 88, 139, 50, 50,

@@ -10,8 +10,9 @@ would have produced the motion a human caused). The scaling lives here once; the
   :class:`~robot_rl.runtime.arm_actions.CartesianDeltaIntegrator` + gripper in [-1 closed, 1 open] -> PoseTarget;
 * ``cartesian_pose`` (arms, 8; alias ``absolute_pose``, what the recorder node stores): position, quaternion
   wxyz, gripper opening 0..1 -> PoseTarget;
-* ``joint_position``: the humanoid's offsets around its crouched posture (x ``HUMANOID_ACTION_SCALE`` rad),
-  an arm's absolute joint targets (+ gripper in [-1, 1]) -> JointTarget;
+* ``joint_position``: offsets around a posture (the humanoid's crouch, x its ``joint_action_scale`` rad) for a
+  robot whose description gives ``joint_action_offset``, else absolute joint targets (an arm's, + gripper in
+  [-1, 1]) -> JointTarget;
 * ``thrust_body_rates`` (quadrotor, 4): collective in [0, 1] of ``4 * THRUST_MAX`` and body rates / ``MAX_BODY_RATE``
   -> BodyRateTarget (thrust [N], body rates [rad/s]).
 Pure core: numpy and the robot modules only.
@@ -27,11 +28,10 @@ import numpy as np
 from robot_rl.control.rotations import quat_to_mat
 from robot_rl.control.targets import BodyRateTarget, JointTarget, PoseTarget
 from robot_rl.core import ControlMode, SpecError
-from robot_rl.robots import cf2x, g1, robot_module
+from robot_rl.robots import cf2x
+from robot_rl.robots.descriptions import description
 from robot_rl.runtime.arm_actions import CartesianDeltaIntegrator, workspace
 
-HUMANOID_ACTION_SCALE = 0.5
-"""Radians of G1 joint-target offset at action magnitude 1 (around the crouched default posture)."""
 MAX_BODY_RATE = 8.0
 """Quadrotor body rate at action magnitude 1 [rad/s]."""
 ALIASES = {"absolute_pose": ControlMode.CARTESIAN_POSE}
@@ -90,11 +90,17 @@ class JointPositionMap:
 
 
 def joint_position_map(robot: str) -> JointPositionMap:
-    """The ``joint_position`` action rule of a robot's envs: G1 offsets around its crouch, arms absolute."""
-    lim = robot_module(robot).EMBODIMENT.limits
+    """The ``joint_position`` action rule of a robot's envs, from its description.
+
+    Offsets in [-1, 1] around ``joint_action_offset`` (the G1's crouch) when it gives one, else absolute joint
+    targets (arms).
+    """
+    d = description(robot)
+    lim = d.embodiment.limits
     low, high = np.array(lim.position_lower), np.array(lim.position_upper)
-    if robot == g1.NAME:
-        return JointPositionMap(g1.CROUCH_Q.copy(), HUMANOID_ACTION_SCALE, low, high, normalised=True)
+    if d.joint_action_offset is not None:
+        return JointPositionMap(np.array(d.joint_action_offset, dtype=np.float64), d.joint_action_scale, low, high,
+                                normalised=True)
     return JointPositionMap(np.zeros_like(low), 1.0, low, high, normalised=False)
 
 
@@ -121,6 +127,17 @@ class ActionAdapter:
     action_dim: int
     measured_keys: tuple[str, ...] = ()
     """Observation keys :meth:`to_target` and :meth:`relabel` read (besides the policy's own)."""
+    relabels_human_steps = False
+    """Whether a recorded human step's action is relabelled from the motion it caused (the human commands
+    something else than the policy's actions, e.g. a quadrotor's position setpoints)."""
+
+    def action_of(self, target: PoseTarget | JointTarget | BodyRateTarget) -> np.ndarray:
+        """The action whose target is ``target`` (the inverse of :meth:`to_target`); SpecError if none is."""
+        raise SpecError(f"{type(target).__name__} is not an action target of {self.mode.value}")
+
+    def hold_action(self, measured: Observation) -> np.ndarray:
+        """The action before any policy target: hold what the robot measures (or hover)."""
+        raise SpecError(f"{self.mode.value}: no holding action")
 
     def to_target(self, action: np.ndarray, measured: Observation) -> Command:
         """The target for one action; :class:`~robot_rl.control.base.TargetRejected` when it cannot be one."""
@@ -173,7 +190,7 @@ class JointPosition(ActionAdapter):
     mode, measured_keys = ControlMode.JOINT_POSITION, ("joint_pos",)
 
     def __init__(self, robot: str) -> None:
-        emb = robot_module(robot).EMBODIMENT
+        emb = description(robot).embodiment
         self.map, self.joints = joint_position_map(robot), emb.n_joints
         self.has_gripper = bool(emb.gripper_joints)
         self.action_dim = self.joints + int(self.has_gripper)
@@ -183,6 +200,16 @@ class JointPosition(ActionAdapter):
         a = np.asarray(action, dtype=np.float64)
         return Command(JointTarget(self.map.to_q(a[:self.joints])),
                        gripper_opening(a[self.joints]) if self.has_gripper else None)
+
+    def action_of(self, target: PoseTarget | JointTarget | BodyRateTarget) -> np.ndarray:
+        """The joint action of a joint target (a gripper, if any, open)."""
+        if not isinstance(target, JointTarget):
+            return super().action_of(target)
+        return np.r_[self.map.to_action(target.q), [1.0] if self.has_gripper else []].astype(np.float32)
+
+    def hold_action(self, measured: Observation) -> np.ndarray:
+        """Hold the measured joint angles (a gripper, if any, open)."""
+        return np.r_[self.map.to_action(measured["joint_pos"]), [1.0] if self.has_gripper else []].astype(np.float32)
 
     def relabel(self, before: Observation, after: Observation, human_gripper: float) -> np.ndarray:
         """The action whose targets are the joint angles reached (a PD target the robot settled at)."""
@@ -195,9 +222,21 @@ class ThrustBodyRates(ActionAdapter):
     """``thrust_body_rates``: :func:`thrust_body_rates`; relabelled from the measured acceleration and rates."""
 
     mode, action_dim, measured_keys = ControlMode.THRUST_BODY_RATES, 4, ("quat", "linvel", "angvel")
+    relabels_human_steps = True
 
     def __init__(self, rate_hz: float) -> None:
         self.rate_hz = rate_hz
+
+    def action_of(self, target: PoseTarget | JointTarget | BodyRateTarget) -> np.ndarray:
+        """Collective thrust and body rates back in the action's units (clipped into its range)."""
+        if not isinstance(target, BodyRateTarget):
+            return super().action_of(target)
+        collective = np.clip(target.thrust / (4 * cf2x.THRUST_MAX), 0.0, 1.0)
+        return np.r_[collective, np.clip(target.rates / MAX_BODY_RATE, -1.0, 1.0)].astype(np.float32)
+
+    def hold_action(self, measured: Observation) -> np.ndarray:
+        """Hover thrust, no body rates (what the motors do at rest)."""
+        return cf2x.rest_action(self.mode).astype(np.float32)
 
     def to_target(self, action: np.ndarray, measured: Observation) -> Command:
         """Collective thrust [N] and body rates [rad/s] by the env's rule."""
@@ -220,7 +259,7 @@ def make_adapter(mode: str | ControlMode, robot: str, rate_hz: float) -> ActionA
         SpecError: for an unknown mode or one this robot's embodiment does not offer.
     """
     mode = control_mode(mode.value if isinstance(mode, ControlMode) else mode)
-    emb = robot_module(robot).EMBODIMENT
+    emb = description(robot).embodiment
     if mode in (ControlMode.CARTESIAN_DELTA, ControlMode.CARTESIAN_POSE):
         if emb.kind != "arm":
             raise SpecError(f"control_mode {mode.value}: {robot} is not an arm")
@@ -235,6 +274,6 @@ def make_adapter(mode: str | ControlMode, robot: str, rate_hz: float) -> ActionA
                     f"cartesian_delta and cartesian_pose have one)")
 
 
-__all__ = ["ALIASES", "HUMANOID_ACTION_SCALE", "MAX_BODY_RATE", "ActionAdapter", "CartesianDelta", "CartesianPose",
+__all__ = ["ALIASES", "MAX_BODY_RATE", "ActionAdapter", "CartesianDelta", "CartesianPose",
            "Command", "JointPosition", "JointPositionMap", "ThrustBodyRates", "control_mode",
            "gripper_opening", "joint_position_map", "make_adapter", "thrust_body_rates"]

@@ -26,49 +26,41 @@ from collections.abc import Mapping
 import numpy as np
 
 from robot_rl.control.targets import BodyRateTarget, JointTarget
-from robot_rl.core import ControlMode, SpecError
+from robot_rl.core import SpecError
 from robot_rl.core.transition import SegmentSource
 from robot_rl.data.stream_recorder import StreamRecorder
-from robot_rl.robots import cf2x, robot_module
-from robot_rl.runtime.actions import MAX_BODY_RATE, ActionAdapter, joint_position_map, make_adapter
+from robot_rl.robots.descriptions import description
+from robot_rl.runtime.actions import ActionAdapter, make_adapter
 
 Observation = Mapping[str, np.ndarray]
 
 
 class FloatingBaseSteps:
-    """Per-robot recording rules for a humanoid or a quadrotor (see the module docstring)."""
+    """Per-robot recording rules for a floating-base robot (see the module docstring).
+
+    From its description: its policies' action space (``policy_mode``) and that mode's adapter (inverse,
+    holding action, relabel).
+    """
 
     def __init__(self, robot: str, rate_hz: float) -> None:
-        self.robot = robot
-        self.kind = robot_module(robot).EMBODIMENT.kind
-        if self.kind == "humanoid":
-            self.mode = ControlMode.JOINT_POSITION
-        elif self.kind == "quadrotor":
-            self.mode = ControlMode.THRUST_BODY_RATES
-        else:
-            raise SpecError(f"{robot} is a {self.kind}, not a floating-base robot")
+        d = description(robot)
+        if d.base is None or d.policy_mode is None:
+            raise SpecError(f"{robot} is a {d.kind}, not a floating-base robot with a policy action space")
+        self.robot, self.kind, self.mode = robot, d.kind, d.policy_mode
         self.adapter: ActionAdapter = make_adapter(self.mode, robot, rate_hz)
-        self.joint_map = joint_position_map(robot)
 
     @property
     def relabels(self) -> bool:
         """Whether a human step's action must be relabelled from the motion it caused (quadrotor)."""
-        return self.kind == "quadrotor"
+        return self.adapter.relabels_human_steps
 
     def action_of(self, target: JointTarget | BodyRateTarget) -> np.ndarray:
         """A policy's target as the action that produced it (the inverse of the policy node's adapter)."""
-        if isinstance(target, JointTarget) and self.kind == "humanoid":
-            return self.joint_map.to_action(target.q).astype(np.float32)
-        if isinstance(target, BodyRateTarget) and self.kind == "quadrotor":
-            collective = np.clip(target.thrust / (4 * cf2x.THRUST_MAX), 0.0, 1.0)
-            return np.r_[collective, np.clip(target.rates / MAX_BODY_RATE, -1.0, 1.0)].astype(np.float32)
-        raise SpecError(f"{type(target).__name__} is not an action target of the {self.kind}")
+        return self.adapter.action_of(target)
 
     def hold_action(self, obs: Observation) -> np.ndarray:
         """The action before any policy target: hold the measured posture (humanoid), hover thrust (quadrotor)."""
-        if self.kind == "humanoid":
-            return self.joint_map.to_action(obs["joint_pos"]).astype(np.float32)
-        return cf2x.rest_action(self.mode).astype(np.float32)
+        return self.adapter.hold_action(obs)
 
     def relabel(self, before: Observation, after: Observation) -> np.ndarray:
         """The action that moved the robot from ``before`` to ``after``, in the policy's action space."""

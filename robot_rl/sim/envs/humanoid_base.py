@@ -24,11 +24,11 @@ from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import JointTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, g1, qpos_indices, scenes
-from robot_rl.runtime.actions import HUMANOID_ACTION_SCALE, joint_position_map
+from robot_rl.runtime.actions import joint_position_map
 from robot_rl.sim.backend import SubstepLoop, joint_pd_law
 from robot_rl.sim.base_env import RobotEnv
 
-ACTION_SCALE = HUMANOID_ACTION_SCALE
+ACTION_SCALE = g1.ACTION_SCALE
 """Radians of joint-target offset at action magnitude 1 (the ROS policy node maps actions by the same rule)."""
 _LEG_KP = (200.0, 200.0, 200.0, 200.0, 300.0, 300.0)
 _LEG_KD = (4.0, 4.0, 4.0, 6.0, 6.0, 6.0)
