@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from robot_rl.data import DatasetInfo, EpisodeStore
-from robot_rl.teleop.keyboard_expert import KeyboardExpert
 from robot_rl.data.recorder import record
+from robot_rl.teleop.keyboard_expert import KeyboardExpert
 
 
 class Point(gym.Env):

@@ -18,6 +18,7 @@ from robot_rl.control.cartesian import CartesianConfig, CartesianImpedanceContro
 from robot_rl.control.joint_pd import JointPDConfig, JointPDController
 from robot_rl.control.quadrotor import QuadrotorConfig, QuadrotorController, QuadrotorParams
 from robot_rl.control.safety import SafetyConfig, SafetyLayer
+from robot_rl.control.watchdog import WorkspaceBox
 from robot_rl.core.config import ConfigError, load_config
 from robot_rl.paths import share_path
 
@@ -66,6 +67,18 @@ def load_control_config(robot: str, overrides: tuple[str, ...] | list[str] = (),
     if cfg.robot != robot:
         raise ConfigError(f"{path or controller_config_path(robot)}: robot is {cfg.robot!r}, expected {robot!r}")
     return cfg
+
+
+def workspace_box(robot: str) -> WorkspaceBox:
+    """The robot's workspace box: ``safety.workspace_low/high`` of its controllers yaml.
+
+    Raises:
+        ConfigError: when the yaml gives no box.
+    """
+    box = load_control_config(robot).safety.workspace
+    if box is None:
+        raise ConfigError(f"{controller_config_path(robot)}: safety.workspace_low/high are not given")
+    return box
 
 
 def quadrotor_params(robot: str) -> QuadrotorParams:

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from robot_rl.control.base import TargetRejected
-from robot_rl.control.config import ControlConfig
+from robot_rl.control.config import ControlConfig, workspace_box
 from robot_rl.control.targets import as_vector
 from robot_rl.control.watchdog import WorkspaceBox
 from robot_rl.core.config import ConfigError
 from robot_rl.hardware.crazyflie_protocol import StateSample
 from robot_rl.robots import cf2x
+
+_BOX = workspace_box(cf2x.NAME)
 
 
 class FlightMode(str, enum.Enum):
@@ -55,9 +57,10 @@ class FailsafeConfig:
     land_height: float = 0.02
     """Below this height [m] a landing ends with the motors off (also once the descending setpoint has been
     at the floor for 0.5 s and the vehicle no longer sinks, whatever its resting height)."""
-    workspace_low: tuple[float, float, float] = (-2.0, -2.0, 0.0)
-    """Lower corner of the box position commands and the vehicle must stay in [m]."""
-    workspace_high: tuple[float, float, float] = (2.0, 2.0, 2.5)
+    workspace_low: tuple[float, float, float] = _BOX.low
+    """Lower corner of the box position commands and the vehicle must stay in [m] (default: the
+    ``safety.workspace_low/high`` of controllers/cf2x.yaml)."""
+    workspace_high: tuple[float, float, float] = _BOX.high
     """Upper corner [m]."""
     max_thrust: float = 4 * cf2x.THRUST_MAX
     """Largest collective thrust a rate command may ask for [N]."""

@@ -73,15 +73,15 @@ class Px4BridgeConfig(SessionConfig):
     mass: float = cf2x.MASS
     """Mass [kg] the thrust of target_body_rates refers to (the model the policy was trained on): its weight
     maps to hover_thrust, so a policy's hover is the vehicle's hover."""
-    max_body_rate: float = 6.0
-    """Largest body rate accepted [rad/s]."""
-    max_velocity: float = 3.0
+    max_body_rate: float = SetpointLimits.max_body_rate
+    """Largest body rate accepted [rad/s] (defaults: :class:`SetpointLimits`)."""
+    max_velocity: float = SetpointLimits.max_velocity
     """Largest speed accepted on target_velocity [m/s]."""
-    max_yaw_rate: float = 2.0
+    max_yaw_rate: float = SetpointLimits.max_yaw_rate
     """Largest yaw rate accepted on target_velocity [rad/s]."""
-    box_low: tuple[float, float, float] = (-50.0, -50.0, -1.0)
+    box_low: tuple[float, float, float] = SetpointLimits.box_low
     """Lower corner of accepted target_pose positions, ENU local frame [m]."""
-    box_high: tuple[float, float, float] = (50.0, 50.0, 30.0)
+    box_high: tuple[float, float, float] = SetpointLimits.box_high
     """Upper corner of accepted target_pose positions, ENU local frame [m]."""
     base_frame: str = "world"
     """frame_id of odom/pose (the vehicle's local ENU frame)."""

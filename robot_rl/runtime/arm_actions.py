@@ -16,10 +16,9 @@ import mujoco
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from robot_rl.control.config import load_control_config
+from robot_rl.control.config import workspace_box
 from robot_rl.control.rotations import mat_to_quat, quat_to_mat
 from robot_rl.control.watchdog import WorkspaceBox
-from robot_rl.core.config import ConfigError
 
 MAX_LIN_SPEED = 0.4
 """Largest commanded tcp speed [m/s] at action magnitude 1."""
@@ -28,15 +27,12 @@ MAX_ANG_SPEED = 1.5
 
 
 def workspace(robot: str = "panda") -> WorkspaceBox:
-    """The robot's workspace box from ``controllers/<robot>.yaml``.
+    """The robot's workspace box from ``controllers/<robot>.yaml`` (:func:`robot_rl.control.config.workspace_box`).
 
     Raises:
         ConfigError: when the yaml gives no box.
     """
-    box = load_control_config(robot).safety.workspace
-    if box is None:
-        raise ConfigError(f"controllers/{robot}.yaml: safety.workspace_low/high are needed for Cartesian targets")
-    return box
+    return workspace_box(robot)
 
 
 WORKSPACE = workspace("panda")

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from robot_rl.control.config import workspace_box
 from robot_rl.core.spaces import SpecError
+from robot_rl.robots import cf2x
 
 
 class EpisodeEvent(str, enum.Enum):
@@ -54,8 +56,8 @@ BASE_VELOCITY_LOW = (-0.3, -0.3, -0.6)
 BASE_VELOCITY_HIGH = (0.8, 0.3, 0.6)
 """Default base-velocity range (vx, vy [m/s], yaw rate [rad/s]): HumanoidWalk's command range, so a walking
 policy is never commanded outside what it was trained on."""
-QUAD_WORKSPACE_LOW = (-2.0, -2.0, 0.0)
-QUAD_WORKSPACE_HIGH = (2.0, 2.0, 2.5)
+QUAD_WORKSPACE_LOW: tuple[float, float, float] = workspace_box(cf2x.NAME).low
+QUAD_WORKSPACE_HIGH: tuple[float, float, float] = workspace_box(cf2x.NAME).high
 """Default quadrotor workspace [m] (the safety layer's box in controllers/cf2x.yaml)."""
 
 
