@@ -27,6 +27,7 @@ import mujoco
 import numpy as np
 
 from robot_rl.core import ActionSpec, Embodiment, FieldSpec, ObservationSpec, SpecError
+from robot_rl.robots.descriptions import RobotDescription, description
 from robot_rl.sim.actuation import ActuatorPipeline
 from robot_rl.sim.appearance import AppearanceRandomizer
 from robot_rl.sim.backend import MujocoBackend, SubstepLoop
@@ -305,6 +306,11 @@ class RobotEnv(gym.Env):
         obs = self._full_observation()
         self._last_obs = obs
         return obs, reward, terminated, truncated, info
+
+    @property
+    def robot_description(self) -> RobotDescription:
+        """The description of the robot this env simulates (``ROBOT``): names, limits, home posture."""
+        return description(self.ROBOT)
 
     @property
     def elapsed_steps(self) -> int:

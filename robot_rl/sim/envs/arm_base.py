@@ -38,7 +38,8 @@ from robot_rl.control.rotations import mat_to_quat, quat_to_mat
 from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import JointTarget, PoseTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
-from robot_rl.robots import actuator_indices, dof_indices, panda, qpos_indices, scenes
+from robot_rl.robots import actuator_indices, dof_indices, qpos_indices, scenes
+from robot_rl.robots.descriptions import Gripper
 from robot_rl.runtime.arm_actions import (  # noqa: F401 - re-exported for the experts and tests
     MAX_ANG_SPEED,
     MAX_LIN_SPEED,
@@ -88,8 +89,24 @@ class ArmEnv(RobotEnv):
     DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 10.0}
 
     def _build_model(self) -> mujoco.MjModel:
-        self.embodiment = panda.EMBODIMENT
+        self.embodiment = self.robot_description.embodiment
         return scenes.arm_scene(self.WITH_OBJECT, self.SECOND_OBJECT).compile()
+
+    @property
+    def _gripper(self) -> Gripper:
+        gripper = self.robot_description.gripper
+        assert gripper is not None, f"{self.ROBOT}: the arm tasks need a gripper"
+        return gripper
+
+    @property
+    def _ee_site(self) -> str:
+        site = self.robot_description.ee_site
+        assert site is not None, f"{self.ROBOT}: the arm tasks need an end effector site"
+        return site
+
+    @property
+    def _home_q(self) -> np.ndarray:
+        return np.array(self.robot_description.home_q, dtype=np.float64)
 
     def _setup(self) -> None:
         m = self.model
@@ -97,37 +114,38 @@ class ArmEnv(RobotEnv):
         if self.mode not in (ControlMode.CARTESIAN_DELTA, ControlMode.CARTESIAN_POSE, ControlMode.JOINT_POSITION):
             raise SpecError(f"control_mode: arm tasks accept cartesian_delta, cartesian_pose or joint_position, "
                             f"got {self.mode.value}")
-        self.q_idx = qpos_indices(m, panda.JOINT_NAMES)
-        self.dq_idx = dof_indices(m, panda.JOINT_NAMES)
-        self.state_index = StateIndex.from_model(m, panda.JOINT_NAMES)
-        self.finger_idx = qpos_indices(m, panda.GRIPPER_JOINTS)
-        self.arm_act = actuator_indices(m, panda.ARM_ACTUATORS)
-        self.grip_act = actuator_indices(m, [panda.GRIPPER_ACTUATOR])
-        self.tcp = m.site(panda.EE_SITE).id
+        robot, emb, gripper, ee = self.robot_description, self.embodiment, self._gripper, self._ee_site
+        self.q_idx = qpos_indices(m, emb.joint_names)
+        self.dq_idx = dof_indices(m, emb.joint_names)
+        self.state_index = StateIndex.from_model(m, emb.joint_names)
+        self.finger_idx = qpos_indices(m, gripper.joints)
+        self.arm_act = actuator_indices(m, [a for a in robot.actuators if a != gripper.actuator])
+        self.grip_act = actuator_indices(m, [gripper.actuator])
+        self.tcp = m.site(ee).id
         self.goal_mocap = int(m.body_mocapid[m.body(scenes.GOAL_BODY).id])
-        lim = panda.EMBODIMENT.limits
+        lim = emb.limits
         self.q_low, self.q_high = np.array(lim.position_lower), np.array(lim.position_upper)
-        self.ik = DiffIK(m, panda.EE_SITE, self.q_idx, self.dq_idx, self.q_low, self.q_high, panda.HOME_Q)
+        self.ik = DiffIK(m, ee, self.q_idx, self.dq_idx, self.q_low, self.q_high, self._home_q)
         self.controller_name = self.config.controller or "joint_pd"
         if self.controller_name not in CONTROLLERS:
             raise SpecError(f"controller: arm tasks accept {CONTROLLERS}, got {self.controller_name!r}")
         if self.controller_name == "cartesian_impedance" and self.mode == ControlMode.JOINT_POSITION:
             raise SpecError("controller: cartesian_impedance needs a Cartesian control_mode")
-        arm_model = MujocoArmModel(m, panda.JOINT_NAMES, panda.EE_SITE, data=self.data)
+        arm_model = MujocoArmModel(m, emb.joint_names, ee, data=self.data)
         self.controller: Controller
         if self.controller_name == "joint_pd":
             self.controller = JointPDController(
                 JointPDConfig(kp=KP, kd=KD, gravity_compensation=True, coriolis_compensation=True),
-                panda.EMBODIMENT, arm_model)
+                emb, arm_model)
         else:
-            self.controller = CartesianImpedanceController(CartesianConfig(), panda.EMBODIMENT, arm_model)
+            self.controller = CartesianImpedanceController(CartesianConfig(), emb, arm_model)
         if self.WITH_OBJECT:
             j = m.joint(scenes.OBJECT_JOINT).id
             self.obj_qpos = slice(int(m.jnt_qposadr[j]), int(m.jnt_qposadr[j]) + 7)
             self.obj_body = m.body(scenes.OBJECT_BODY).id
         self.goal = np.zeros(3)
-        self.q_target = panda.HOME_Q.copy()
-        self.gripper_ctrl = panda.GRIPPER_CTRL_OPEN
+        self.q_target = self._home_q.copy()
+        self.gripper_ctrl = gripper.ctrl_open
         self.tcp_target_pos = np.zeros(3)
         self.tcp_target_rot = np.eye(3)
         self.integrator = CartesianDeltaIntegrator(self.config.policy_hz)
@@ -154,7 +172,7 @@ class ArmEnv(RobotEnv):
     def _action_spec(self) -> ActionSpec:
         grip = FieldSpec((1,), low=-1.0, high=1.0, description="-1 closed .. +1 open")
         if self.mode == ControlMode.JOINT_POSITION:
-            lim = panda.EMBODIMENT.limits
+            lim = self.embodiment.limits
             return ActionSpec({"joint_pos": FieldSpec((7,), low=lim.position_lower, high=lim.position_upper,
                                                       description="joint targets [rad]"), "gripper": grip})
         if self.mode == ControlMode.CARTESIAN_POSE:
@@ -181,15 +199,15 @@ class ArmEnv(RobotEnv):
 
     def _initial_arm_qpos(self, rng: np.random.Generator) -> np.ndarray:
         qpos = self.model.qpos0.copy()
-        qpos[self.q_idx] = panda.HOME_Q + rng.uniform(-0.05, 0.05, 7)
-        qpos[self.finger_idx] = panda.GRIPPER_MAX_WIDTH / 2
+        qpos[self.q_idx] = self._home_q + rng.uniform(-0.05, 0.05, 7)
+        qpos[self.finger_idx] = self._gripper.max_width / 2
         return qpos
 
     def _reset_controller(self) -> None:
         self.q_target = self.data.qpos[self.q_idx].copy()
         self.tcp_target_pos, self.tcp_target_rot = self.tcp_pose()
         self.integrator.reset()  # the orientation target restarts from the measured tcp
-        self.gripper_ctrl = panda.GRIPPER_CTRL_OPEN
+        self.gripper_ctrl = self._gripper.ctrl_open
         self.data.mocap_pos[self.goal_mocap] = self.goal
         self.controller.reset(self.robot_state())
 
@@ -200,7 +218,7 @@ class ArmEnv(RobotEnv):
     # ---- control --------------------------------------------------------------------------------
     def _apply_action(self, action: dict[str, np.ndarray]) -> None:
         g = float(action["gripper"][0])
-        self.gripper_ctrl = (g + 1.0) / 2.0 * panda.GRIPPER_CTRL_OPEN
+        self.gripper_ctrl = self._gripper.ctrl((g + 1.0) / 2.0)
         t = float(self.data.time)
         if self.mode == ControlMode.JOINT_POSITION:
             self.q_target = np.clip(action["joint_pos"].astype(np.float64), self.q_low, self.q_high)

@@ -24,6 +24,7 @@ from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import JointTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, g1, qpos_indices, scenes
+from robot_rl.robots.descriptions import FloatingBase
 from robot_rl.runtime.actions import joint_position_map
 from robot_rl.sim.backend import SubstepLoop, joint_pd_law
 from robot_rl.sim.base_env import RobotEnv
@@ -52,25 +53,32 @@ class HumanoidEnv(RobotEnv):
     DEFAULTS: ClassVar[dict[str, Any]] = {"physics_hz": 500.0, "policy_hz": 50.0}
 
     def _build_model(self) -> mujoco.MjModel:
-        self.embodiment = g1.EMBODIMENT
+        self.embodiment = self.robot_description.embodiment
         return scenes.humanoid_scene().compile()
+
+    @property
+    def _base(self) -> FloatingBase:
+        base = self.robot_description.base
+        assert base is not None, f"{self.ROBOT}: the humanoid tasks need a floating base"
+        return base
 
     def _setup(self) -> None:
         m = self.model
         self.mode = ControlMode(self.config.control_mode or ControlMode.JOINT_POSITION)
         if self.mode != ControlMode.JOINT_POSITION:
             raise SpecError(f"control_mode: humanoid tasks accept joint_position, got {self.mode.value}")
-        self.q_idx = qpos_indices(m, g1.JOINT_NAMES)
-        self.dq_idx = dof_indices(m, g1.JOINT_NAMES)
-        self.state_index = StateIndex.from_model(m, g1.JOINT_NAMES)
-        self.act_idx = actuator_indices(m, g1.ACTUATOR_NAMES)
-        self.pelvis = m.body(g1.PELVIS_BODY).id
+        robot, emb = self.robot_description, self.embodiment
+        self.q_idx = qpos_indices(m, emb.joint_names)
+        self.dq_idx = dof_indices(m, emb.joint_names)
+        self.state_index = StateIndex.from_model(m, emb.joint_names)
+        self.act_idx = actuator_indices(m, robot.actuators)
+        self.pelvis = m.body(self._base.body).id
         self.goal_mocap = int(m.body_mocapid[m.body(scenes.GOAL_BODY).id])
-        lim = g1.EMBODIMENT.limits
+        lim = emb.limits
         self.q_low, self.q_high = np.array(lim.position_lower), np.array(lim.position_upper)
-        self.default_q = g1.CROUCH_Q.copy()
-        self.action_map = joint_position_map(g1.NAME)
-        self.controller = JointPDController(JointPDConfig(kp=tuple(KP), kd=tuple(KD)), g1.EMBODIMENT)
+        self.action_map = joint_position_map(self.ROBOT)
+        self.default_q = self.action_map.offset.copy()  # the posture actions are offsets around (the crouch)
+        self.controller = JointPDController(JointPDConfig(kp=tuple(KP), kd=tuple(KD)), emb)
         self.q_target = self.default_q.copy()
 
     def _controlled_actuators(self) -> np.ndarray:
@@ -99,11 +107,11 @@ class HumanoidEnv(RobotEnv):
     # ---- state ----------------------------------------------------------------------------------
     def base_rotation(self) -> np.ndarray:
         """Pelvis rotation matrix (body to world)."""
-        return quat_to_mat(self.data.qpos[g1.QPOS_BASE_QUAT])
+        return quat_to_mat(self.data.qpos[self._base.qpos_quat])
 
     def base_height(self) -> float:
         """Pelvis height above the floor [m]."""
-        return float(self.data.qpos[g1.QPOS_BASE_POS][2])
+        return float(self.data.qpos[self._base.qpos_pos][2])
 
     def robot_state(self) -> RobotState:
         """Measured state in the controller's terms."""
@@ -111,8 +119,8 @@ class HumanoidEnv(RobotEnv):
 
     def _initial_qpos(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         qpos = self.model.qpos0.copy()
-        qpos[g1.QPOS_BASE_POS] = [0.0, 0.0, g1.CROUCH_BASE_HEIGHT]
-        qpos[g1.QPOS_BASE_QUAT] = [1.0, 0.0, 0.0, 0.0]
+        qpos[self._base.qpos_pos] = [0.0, 0.0, g1.CROUCH_BASE_HEIGHT]
+        qpos[self._base.qpos_quat] = [1.0, 0.0, 0.0, 0.0]
         qpos[self.q_idx] = self.default_q + rng.uniform(-0.02, 0.02, 29)
         return qpos, np.zeros(self.model.nv)
 
@@ -138,14 +146,14 @@ class HumanoidEnv(RobotEnv):
 
     # ---- observation / reward -------------------------------------------------------------------
     def _observe(self) -> dict[str, np.ndarray]:
-        d = self.data
+        d, base = self.data, self._base
         rot = self.base_rotation()
         obs = {
             "joint_pos": d.qpos[self.q_idx],
             "joint_vel": d.qvel[self.dq_idx],
-            "base_quat": d.qpos[g1.QPOS_BASE_QUAT],
-            "base_angvel": d.qvel[g1.QVEL_BASE_ANGVEL],
-            "base_linvel": rot.T @ d.qvel[g1.QVEL_BASE_LINVEL],
+            "base_quat": d.qpos[base.qpos_quat],
+            "base_angvel": d.qvel[base.qvel_angvel],
+            "base_linvel": rot.T @ d.qvel[base.qvel_linvel],
             "projected_gravity": rot.T @ np.array([0.0, 0.0, -1.0]),
             "base_height": np.array([self.base_height()]),
         }
