@@ -26,7 +26,7 @@ from sensor_msgs.msg import JointState
 from robot_rl.control.base import TargetRejected
 from robot_rl.control.targets import BodyRateTarget, JointTarget
 from robot_rl.core.spaces import SpecError
-from robot_rl.robots import robot_module
+from robot_rl.robots import embodiment
 from robot_rl.ros.conversions import pose_from_msg
 from robot_rl.ros.observation_sources import SOURCES
 from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, twist_from_msg
@@ -47,7 +47,7 @@ class FloatingBaseSampler:
         self.node, self.warn = node, warn
         self.rule = FloatingBaseSteps(robot, rate_hz)
         self.humanoid = self.rule.kind == "humanoid"
-        self.joint_names = list(robot_module(robot).EMBODIMENT.joint_names)
+        self.joint_names = list(embodiment(robot).joint_names)
         self.goal_pos = np.asarray(goal_pos, np.float32)
         self.raw: dict[str, dict[str, np.ndarray]] = {}
         self.target: JointTarget | BodyRateTarget | None = None

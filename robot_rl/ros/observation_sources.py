@@ -41,7 +41,7 @@ from sensor_msgs.msg import JointState
 
 from robot_rl.control.rotations import quat_to_mat
 from robot_rl.core.spaces import SpecError
-from robot_rl.robots import robot_module
+from robot_rl.robots import embodiment
 from robot_rl.ros.camera_inputs import CameraInput, camera_topic
 from robot_rl.ros.conversions import joint_state_from_msg, pose_from_msg
 from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, twist_from_msg
@@ -161,7 +161,7 @@ class ObservationSources:
         if missing:
             raise SpecError(f"no source for observation key(s) {missing} on this graph: known topics give "
                             f"{sorted(SOURCES)} and image_<camera>; give task inputs as constants")
-        emb = robot_module(robot).EMBODIMENT
+        emb = embodiment(robot)
         self.joints, self.grippers = list(emb.joint_names), list(emb.gripper_joints)
         self.image_shapes = dict(image_shapes)
         self.raw: dict[str, Fields] = {}

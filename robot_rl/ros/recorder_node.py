@@ -38,7 +38,7 @@ from robot_rl.core.transition import SegmentSource
 from robot_rl.data.schema import DatasetInfo
 from robot_rl.data.store import EpisodeStore
 from robot_rl.data.stream_recorder import StreamRecorder
-from robot_rl.robots import robot_module
+from robot_rl.robots import embodiment
 from robot_rl.ros.camera_inputs import CameraInput
 from robot_rl.ros.conversions import joint_state_from_msg, pose_from_msg
 from robot_rl.ros.floating_base_recording import FloatingBaseSampler
@@ -88,7 +88,7 @@ class RecorderNode(Node):
     def __init__(self) -> None:
         super().__init__("recorder")
         cfg = self.config = declare_config(self, RecorderNodeConfig)
-        emb = robot_module(cfg.robot).EMBODIMENT
+        emb = embodiment(cfg.robot)
         self.joints, self.gripper_joints = list(emb.joint_names), list(emb.gripper_joints)
         path = Path(cfg.dataset).expanduser()
         self._warn = RateLimitedWarnings(self.get_logger())
