@@ -68,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
                 cfg.policy = args.policy
             if args.demos:
                 cfg.learner.demos = args.demos
-            base_is_expert = cfg.learner.algorithm == "residual" and cfg.learner.residual.base == "expert"
-            if not cfg.policy and not base_is_expert and cfg.learner.algorithm != "rlpd":
+            from robot_rl.learners import registry
+
+            if not cfg.policy and registry.of(cfg.learner).needs_policy(cfg):
                 raise ConfigError("policy: no policy to fine-tune (give --policy)")
             if args.ray is not None:
                 return _run_ray(cfg, Path(args.run), args.ray, args.seconds)

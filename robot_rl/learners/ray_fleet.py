@@ -25,9 +25,8 @@ from typing import Any
 from robot_rl.core.config import save_config
 from robot_rl.learners.online import OnlineResult, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.roles import CONFIG_FILE
 from robot_rl.learners.transport import load_or_create_key
-from robot_rl.learners.wire import pack_weights
+from robot_rl.learners.wire import CONFIG_FILE, pack_weights
 
 
 class LearnerWorker:

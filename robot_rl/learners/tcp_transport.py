@@ -40,6 +40,7 @@ from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import decode_transitions
 from robot_rl.learners.delivery import Inbox, Outbox
 from robot_rl.learners.wire import (
+    CONFIG_FILE,
     DEFAULT_MAX_PAYLOAD,
     AuthError,
     FrameError,
@@ -495,8 +496,6 @@ class RemoteRun:
         Raises AuthError when the secret is refused, OSError when no learner answered in time, ValueError when
         the learner sent no config.
         """
-        from robot_rl.learners.roles import CONFIG_FILE
-
         deadline = time.monotonic() + timeout
         while True:
             try:

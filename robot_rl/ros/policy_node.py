@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,11 +42,11 @@ from std_msgs.msg import Float64MultiArray, Int64
 from robot_rl.control.base import TargetRejected
 from robot_rl.core.device import check_device_name
 from robot_rl.core.spaces import SpecError
+from robot_rl.learners import registry
 from robot_rl.learners.fleet_status import this_host
-from robot_rl.learners.graph_actor import StreamedResidual, check_streamable, read_run_config
-from robot_rl.learners.roles import read_secret
+from robot_rl.learners.graph_actor import check_streamable, read_run_config
 from robot_rl.learners.tcp_transport import RemoteRun
-from robot_rl.learners.wire import parse_address, tls_client_context
+from robot_rl.learners.wire import parse_address, read_secret, tls_client_context
 from robot_rl.policies.base import Policy
 from robot_rl.robots import cf2x, robot_module
 from robot_rl.ros.camera_inputs import camera_topic
@@ -172,7 +173,8 @@ class PolicyNode(Node):
         self.pub_version.publish(Int64(data=int(self.runner.version)))
         self.last: Command | None = None
         self.actor: StreamingActor | None = None
-        self.residual: StreamedResidual | None = None
+        self.residual: Any = None
+        """What the run's algorithm adds on the policy's action on a graph (a residual), or None."""
         self.pub_base: Publisher | None = None
         learning = cfg.learner_run or cfg.learner_connect
         self._join = self.create_timer(cfg.poll_s, self._join_run) if learning else None
@@ -225,10 +227,11 @@ class PolicyNode(Node):
             return
         for warning in warnings:
             self.get_logger().warn(warning)
-        if online.learner.algorithm == "residual":
-            self.runner.watcher = None  # the base stays frozen; only the residual changes
-            self.residual = StreamedResidual(online.learner.residual, run / "weights",
-                                             on_swap=self._on_residual_swap, on_error=self._on_error)
+        graph_agent = registry.of(online.learner).graph_agent
+        if graph_agent is not None:  # e.g. a residual: the base stays frozen, only what the algorithm adds changes
+            self.runner.watcher = None
+            self.residual = graph_agent(online, run / "weights", on_swap=self._on_residual_swap,
+                                        on_error=self._on_error)
             self.pub_base = self.create_publisher(Float64MultiArray, "policy/base_action", 10)
             self.pub_version.publish(Int64(data=0))
         self.actor = StreamingActor(self, run, None if self.remote is None else self.remote.client)
