@@ -22,8 +22,9 @@ expert, so ``reward: env`` and ``base: expert`` are refused, as are algorithms w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -31,7 +32,7 @@ from robot_rl.core.config import ConfigError
 from robot_rl.learners import registry
 from robot_rl.learners.online_config import OnlineConfig, load_run_config
 from robot_rl.learners.residual import NORMALISED_MODES, StreamedResidual  # noqa: F401  (re-exported)
-from robot_rl.learners.wire import CONFIG_FILE
+from robot_rl.learners.wire import CONFIG_FILE, parse_address, read_secret, tls_client_context
 
 
 def streamable() -> tuple[str, ...]:
@@ -56,3 +57,76 @@ def check_streamable(cfg: OnlineConfig, control_mode: str, observation_keys: Seq
     if not entry.streams:
         raise ValueError(f"learner.algorithm {entry.name!r}: a graph actor acts in {streamable()} runs")
     return [] if entry.check_graph is None else entry.check_graph(cfg, control_mode, observation_keys, policy)
+
+
+class LearnerLink:
+    """Where a graph actor's learner is: a run folder on this machine, or a learner on another machine.
+
+    ``run``: the learner's run folder; ``connect`` (host:port, wins): TCP with a copy of the run's key
+    (``secret_file``), its config and weights mirrored in ``workdir``.
+    :meth:`join` returns the run's config once it is there (the learner writes it when it starts; a remote one
+    sends it on joining), after checking that this graph can act in the run.
+    """
+
+    def __init__(self, run: str = "", connect: str = "", secret_file: str = "", workdir: str = "robot_rl_actor",
+                 tls_ca: str = "", name: str = "", info: dict[str, Any] | None = None) -> None:
+        self.remote: Any = None
+        """The :class:`~robot_rl.learners.tcp_transport.RemoteRun` of a learner on another machine, else None."""
+        self.local = Path(run) if run and not connect else None
+        if connect:
+            from robot_rl.learners.fleet_status import this_host
+            from robot_rl.learners.tcp_transport import RemoteRun
+
+            tls = tls_client_context(tls_ca) if tls_ca else None
+            self.remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or this_host(),
+                                    tls, {"host": this_host(), **(info or {})})
+            self.remote.join_in_background()
+        self.where = f"at {connect}" if connect else f"of {run}"
+
+    @property
+    def enabled(self) -> bool:
+        """Whether there is a learner to stream to."""
+        return self.remote is not None or self.local is not None
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The learner's run folder, or the local mirror of a learner on another machine."""
+        return self.remote.folder if self.remote is not None else self.local
+
+    def weights_dir(self, override: str = "") -> str | None:
+        """The folder new weights appear in: ``override``, else the run's ``weights/``."""
+        run = self.run_dir
+        return override or (str(run / "weights") if run is not None else None)
+
+    @property
+    def error(self) -> str | None:
+        """Why joining a remote learner gave up (refused secret, no config); None otherwise."""
+        return None if self.remote is None else self.remote.error
+
+    @property
+    def sender(self) -> Any:
+        """The TCP client of a remote learner (None: the run folder's local socket)."""
+        return None if self.remote is None else self.remote.client
+
+    def join(self, control_mode: str, observation_keys: Sequence[str], policy: str,
+             warn: Callable[[str], Any]) -> OnlineConfig | None:
+        """The run's config once readable (None before); ValueError when this graph cannot act in the run."""
+        run = self.run_dir
+        online = None if run is None else read_run_config(run)
+        if online is not None:
+            for warning in check_streamable(online, control_mode, observation_keys, policy):
+                warn(warning)
+        return online
+
+    def graph_agent(self, online: OnlineConfig, on_swap: Callable[[int], None],
+                    on_error: Callable[[str], None]) -> Any:
+        """What the run's algorithm adds on the node's policy action (e.g. a residual), or None."""
+        make = registry.of(online.learner).graph_agent
+        run = self.run_dir
+        assert run is not None
+        return None if make is None else make(online, run / "weights", on_swap=on_swap, on_error=on_error)
+
+    def close(self) -> None:
+        """Disconnect from a remote learner."""
+        if self.remote is not None:
+            self.remote.close()
