@@ -28,10 +28,10 @@ from tqdm import tqdm
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
 from robot_rl.learners import registry
 from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.remote_run import RemoteRun
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
-from robot_rl.learners.tcp_transport import RemoteRun
 from robot_rl.learners.transport import BatchingSender, local_sender
 from robot_rl.runtime.episode import EpisodeHooks, run_episode
 from robot_rl.sim.experts import expert_for

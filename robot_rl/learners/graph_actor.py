@@ -71,11 +71,11 @@ class LearnerLink:
     def __init__(self, run: str = "", connect: str = "", secret_file: str = "", workdir: str = "robot_rl_actor",
                  tls_ca: str = "", name: str = "", info: dict[str, Any] | None = None) -> None:
         self.remote: Any = None
-        """The :class:`~robot_rl.learners.tcp_transport.RemoteRun` of a learner on another machine, else None."""
+        """The :class:`~robot_rl.learners.remote_run.RemoteRun` of a learner on another machine, else None."""
         self.local = Path(run) if run and not connect else None
         if connect:
             from robot_rl.learners.fleet_status import this_host
-            from robot_rl.learners.tcp_transport import RemoteRun
+            from robot_rl.learners.remote_run import RemoteRun
 
             tls = tls_client_context(tls_ca) if tls_ca else None
             self.remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or this_host(),

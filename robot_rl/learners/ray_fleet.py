@@ -124,7 +124,7 @@ class ActorWorker:
 
         from robot_rl.learners.actor_process import run_remote_actor
         from robot_rl.learners.fleet_status import this_host
-        from robot_rl.learners.tcp_transport import RemoteRun
+        from robot_rl.learners.remote_run import RemoteRun
 
         workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
         remote = RemoteRun((address[0], address[1]), key, workdir, f"ray-{index}", info={"host": this_host()},

@@ -70,7 +70,7 @@ def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | 
     """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes."""
     from robot_rl.learners.actor_process import run_remote_actor
     from robot_rl.learners.fleet_status import this_host
-    from robot_rl.learners.tcp_transport import RemoteRun
+    from robot_rl.learners.remote_run import RemoteRun
     from robot_rl.learners.wire import tls_client_context
 
     remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or f"{this_host()}-{index or 0}",

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import decode_transitions, encode_transitions
+from robot_rl.learners.reconnect import RECONNECT_EVERY_S, Reconnect  # noqa: F401  (RECONNECT_EVERY_S: re-exported)
 from robot_rl.runtime.weights import (  # noqa: F401  (re-exported: the weights moved below the runtime)
     VERSION_DIR,
     WeightsFollower,
@@ -143,8 +144,6 @@ class SocketTransitionServer:
 # ---------------------------------------------------------------------------- rendezvous
 MAX_SOCKET_PATH = 100
 """AF_UNIX paths longer than ~107 bytes are refused by the OS; longer run folders use a /tmp name."""
-RECONNECT_EVERY_S = 0.5
-"""How often an actor whose learner is away tries again."""
 
 
 def socket_address(run: Path) -> str:
@@ -233,21 +232,15 @@ class ReconnectingSender:
         """Steps dropped because the queue was full while the learner was away."""
         self.reconnects = 0
         self._client: SocketTransitionClient | None = None
-        self._next_try = 0.0
+        self._retry = Reconnect(self._open, (OSError, EOFError, TimeoutError, ValueError, KeyError))
+
+    def _open(self) -> None:
+        address, key = read_connection(self.run, timeout=0.0)
+        self._client = SocketTransitionClient(address, key)
+        self.reconnects += 1
 
     def _connect(self) -> bool:
-        if self._client is not None:
-            return True
-        if time.monotonic() < self._next_try:
-            return False
-        self._next_try = time.monotonic() + RECONNECT_EVERY_S
-        try:
-            address, key = read_connection(self.run, timeout=0.0)
-            self._client = SocketTransitionClient(address, key)
-        except (OSError, EOFError, TimeoutError, ValueError, KeyError):
-            return False
-        self.reconnects += 1
-        return True
+        return self._client is not None or self._retry.attempt()
 
     @property
     def queued(self) -> int:
