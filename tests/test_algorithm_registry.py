@@ -3,7 +3,7 @@
 ``toy`` is a trivial algorithm: its learner counts the steps it receives (one "update" per step) and publishes,
 as version ``v``, a tiny policy that outputs ``step * v`` in every action dimension (``learner.sections.toy``
 holds ``step``); its agent acts from the newest published version; on a ROS graph it adds that value to the
-node's policy action. It registers with :func:`robot_rl.learners.registry.register`; the learner and actor
+node's policy action. It registers with :func:`robot_rl.learners.algorithms.registry.register`; the learner and actor
 processes (the process runner, Ray actors, the ROS nodes) import this file through ``learner.algorithm_module``.
 
 Checked for real: the steps the actors produce all arrive at the learner, versions are published, actors swap
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from robot_rl.core.transition import Transition
-from robot_rl.learners import registry
+from robot_rl.learners.algorithms import registry
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.runtime.weights import WeightsFollower
 

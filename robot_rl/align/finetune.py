@@ -146,8 +146,8 @@ def rl_row(evaluation: dict[str, Any]) -> dict[str, Any]:
 
 def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[str, Any]:
     """Online learner: the frozen start flown as is, then one run per method with its actors in that simulator."""
-    from robot_rl.learners import registry
     from robot_rl.learners.actor_process import evaluation_agent, published_marker
+    from robot_rl.learners.algorithms import registry
     from robot_rl.learners.online import collect, run_online
     from robot_rl.learners.online_config import OnlineConfig
     from robot_rl.runtime.weights import list_versions
@@ -202,7 +202,7 @@ def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) ->
 
 def frozen_start(online: OnlineConfig, env: Any) -> Any:
     """What acts before any online update: the algorithm's frozen start (the residual's base), or the run's policy."""
-    from robot_rl.learners import registry
+    from robot_rl.learners.algorithms import registry
     from robot_rl.policies.base import Policy
 
     start = registry.of(online.learner).frozen_start

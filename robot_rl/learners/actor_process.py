@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
-from robot_rl.learners import registry
+from robot_rl.learners.algorithms import registry
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.remote_run import RemoteRun
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
@@ -154,7 +154,7 @@ def run_remote_actor(remote: RemoteRun, index: int | None = None, overrides: lis
     work folder re-sends what the learner has not checkpointed (see :class:`RemoteRun`).
     """
     from robot_rl.core.config import load_config
-    from robot_rl.learners.wire import CONFIG_FILE
+    from robot_rl.fleet.wire import CONFIG_FILE
 
     try:
         remote.join(join_timeout)

@@ -3,12 +3,12 @@
 A process actor (:mod:`robot_rl.learners.actor_process`) owns a simulator and calls its agent
 synchronously. On a graph, the policy node's :class:`~robot_rl.runtime.policy_runner.PolicyRunner`
 predicts chunks on its own thread (a timer must never wait for a network), so the policy's action of a
-tick is computed there; the run's algorithm (its registry entry, :mod:`robot_rl.learners.registry`) says
+tick is computed there; the run's algorithm (its registry entry, :mod:`robot_rl.learners.algorithms.registry`) says
 what goes on top of it:
 
 * ``streams``: whether a graph can act in its runs at all;
 * ``graph_agent``: an object whose ``act(obs, action)`` gives the executed action on the node's policy
-  action (the residual: :class:`~robot_rl.learners.residual.StreamedResidual`, the newest published
+  action (the residual: :class:`~robot_rl.learners.algorithms.residual.StreamedResidual`, the newest published
   residual on the node's policy as the frozen base, swapped in between steps); none (``hg_dagger``): the
   runner itself swaps in the fine-tuned policies;
 * ``check_graph``: what a graph must offer (the residual: ``base: policy``, ``reward: success``, a
@@ -29,10 +29,10 @@ from typing import Any
 import yaml
 
 from robot_rl.core.config import ConfigError
-from robot_rl.learners import registry
+from robot_rl.fleet.wire import CONFIG_FILE, parse_address, read_secret, tls_client_context
+from robot_rl.learners.algorithms import registry
+from robot_rl.learners.algorithms.residual import NORMALISED_MODES, StreamedResidual  # noqa: F401  (re-exported)
 from robot_rl.learners.online_config import OnlineConfig, load_run_config
-from robot_rl.learners.residual import NORMALISED_MODES, StreamedResidual  # noqa: F401  (re-exported)
-from robot_rl.learners.wire import CONFIG_FILE, parse_address, read_secret, tls_client_context
 
 
 def streamable() -> tuple[str, ...]:
@@ -74,7 +74,7 @@ class LearnerLink:
         """The :class:`~robot_rl.learners.remote_run.RemoteRun` of a learner on another machine, else None."""
         self.local = Path(run) if run and not connect else None
         if connect:
-            from robot_rl.learners.fleet_status import this_host
+            from robot_rl.fleet.fleet_status import this_host
             from robot_rl.learners.remote_run import RemoteRun
 
             tls = tls_client_context(tls_ca) if tls_ca else None

@@ -3,8 +3,8 @@
 It runs beside the robots, never in their control loop: actors stream transitions to its socket while
 their episodes run; it trains an algorithm (``learner.algorithm``) and writes numbered weight folders
 that actors (and the ROS policy node) swap in between action chunks. Algorithms sit behind one small
-interface (:class:`LearnerAlgorithm`), each registered by name (:mod:`robot_rl.learners.registry`):
-``hg_dagger`` (:class:`~robot_rl.learners.hg_dagger.HGDAggerAlgorithm`, behaviour cloning on the
+interface (:class:`LearnerAlgorithm`), each registered by name (:mod:`robot_rl.learners.algorithms.registry`):
+``hg_dagger`` (:class:`~robot_rl.learners.algorithms.hg_dagger.HGDAggerAlgorithm`, behaviour cloning on the
 human-gated segments plus the demonstrations), and the off-policy RL algorithms of
 :mod:`robot_rl.learners.off_policy`: ``residual`` (SAC on a frozen base), ``rlpd`` (SAC from scratch with
 the demonstrations in half of every batch) and ``dsrl`` (SAC in the frozen policy's noise space).
@@ -43,10 +43,11 @@ import numpy as np
 import torch
 
 from robot_rl.core.transition import Transition
-from robot_rl.learners import registry
+from robot_rl.fleet.fleet_status import FleetStatus, this_host
+from robot_rl.fleet.wire import CONFIG_FILE, pack_weights, parse_address, tls_server_context
+from robot_rl.learners.algorithms import registry
 from robot_rl.learners.buffers import ReplayBuffer, decode_transitions, encode_transitions, truncate_saved
 from robot_rl.learners.delivery import Inbox, read_commit, write_commit
-from robot_rl.learners.fleet_status import FleetStatus, this_host
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.tcp_transport import TcpTransitionServer
 from robot_rl.learners.transport import (
@@ -56,7 +57,6 @@ from robot_rl.learners.transport import (
     load_or_create_key,
     socket_address,
 )
-from robot_rl.learners.wire import CONFIG_FILE, pack_weights, parse_address, tls_server_context
 
 
 class LearnerAlgorithm(Protocol):

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.device import check_device_name
-from robot_rl.learners import registry
-from robot_rl.learners.dsrl_online import DSRLRunConfig
-from robot_rl.learners.hg_dagger import HGDAggerConfig
-from robot_rl.learners.residual import ResidualConfig
-from robot_rl.learners.rlpd import RLPDConfig
+from robot_rl.fleet.wire import CONFIG_FILE, parse_address
+from robot_rl.learners.algorithms import registry
+from robot_rl.learners.algorithms.dsrl_online import DSRLRunConfig
+from robot_rl.learners.algorithms.hg_dagger import HGDAggerConfig
+from robot_rl.learners.algorithms.residual import ResidualConfig
+from robot_rl.learners.algorithms.rlpd import RLPDConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
 from robot_rl.learners.transport import PENDING_LIMIT, SEND_QUEUE
-from robot_rl.learners.wire import CONFIG_FILE, parse_address
 from robot_rl.paths import package_share_dir
 
 
@@ -74,12 +74,12 @@ class LearnerConfig:
     algorithm: str = "hg_dagger"
     """What the learner trains: ``hg_dagger`` (behaviour cloning on the human-gated segments, the policy
     itself is fine-tuned), ``residual`` (SAC learns a bounded correction on the frozen ``policy``, see
-    robot_rl.learners.residual), ``rlpd`` (SAC from scratch with the demonstrations in half of every
-    batch, robot_rl.learners.rlpd) or ``dsrl`` (SAC chooses the initial noise of the frozen diffusion /
-    flow ``policy``, robot_rl.learners.dsrl_online)."""
+    robot_rl.learners.algorithms.residual), ``rlpd`` (SAC from scratch with the demonstrations in half of every
+    batch, robot_rl.learners.algorithms.rlpd) or ``dsrl`` (SAC chooses the initial noise of the frozen diffusion /
+    flow ``policy``, robot_rl.learners.algorithms.dsrl_online)."""
     algorithm_module: str = ""
-    """Module that registers ``algorithm`` when it is not a built-in one (robot_rl.learners.registry): imported by
-    every process of the run before the name is looked up; filled in from the registry when empty."""
+    """Module that registers ``algorithm`` when it is not a built-in one (robot_rl.learners.algorithms.registry):
+    imported by every process of the run before the name is looked up; filled in from the registry when empty."""
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Settings of plug-in algorithms, ``sections.<name>`` (a built-in one's are its own field below)."""
     residual: ResidualConfig = field(default_factory=ResidualConfig)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from robot_rl.fleet.reconnect import retry
+from robot_rl.fleet.wire import CONFIG_FILE, AuthError, FrameError
 from robot_rl.learners.delivery import Outbox
-from robot_rl.learners.reconnect import retry
 from robot_rl.learners.tcp_transport import TcpActorClient
-from robot_rl.learners.wire import CONFIG_FILE, AuthError, FrameError
 
 
 class RemoteRun:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.config import ConfigError
+from robot_rl.fleet.wire import CONFIG_FILE, AuthError, parse_address, read_secret
 from robot_rl.learners.online_config import load_run_config
-from robot_rl.learners.wire import CONFIG_FILE, AuthError, parse_address, read_secret
 
 __all__ = [
     "CONFIG_FILE",
@@ -68,10 +68,10 @@ def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | 
                           name: str = "", tls_ca: str = "", overrides: Sequence[str] = (),
                           log: Callable[[str], None] = _say) -> list[dict[str, Any]]:
     """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes."""
+    from robot_rl.fleet.fleet_status import this_host
+    from robot_rl.fleet.wire import tls_client_context
     from robot_rl.learners.actor_process import run_remote_actor
-    from robot_rl.learners.fleet_status import this_host
     from robot_rl.learners.remote_run import RemoteRun
-    from robot_rl.learners.wire import tls_client_context
 
     remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or f"{this_host()}-{index or 0}",
                        tls_client_context(tls_ca) if tls_ca else None, {"host": this_host()})

@@ -1,7 +1,7 @@
 """Actors on other machines: transitions over TCP with a shared secret, acknowledged once checkpointed.
 
 The learner listens on a TCP port (optionally TLS); an actor (a simulated one, or the ROS policy node of a
-real robot) connects, proves it knows the run's secret (robot_rl.learners.wire), is told how far the
+real robot) connects, proves it knows the run's secret (robot_rl.fleet.wire), is told how far the
 learner's checkpoint holds its batches, re-sends the rest from its :class:`~robot_rl.learners.delivery.Outbox`
 and then streams new batches. The learner acknowledges batches only after a checkpoint holds them
 (:meth:`TcpTransitionServer.acknowledge`), so a learner killed at any moment loses nothing and stores
@@ -10,7 +10,7 @@ connection (the actor re-sends after reconnecting) and never stops the learner; 
 and logged with the peer's address.
 
 Weights go the other way on the same connection: the learner packs each published version once
-(:func:`~robot_rl.learners.wire.pack_weights`) and every actor's writer thread sends the newest one it has
+(:func:`~robot_rl.fleet.wire.pack_weights`) and every actor's writer thread sends the newest one it has
 not sent yet (a slow link skips versions instead of queueing them); the actor checks sizes and hashes and
 writes ``v<N>/`` into its own weights folder, where the usual follower swaps it in between chunks.
 
@@ -34,10 +34,8 @@ from typing import Any
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
-from robot_rl.learners.buffers import decode_transitions
-from robot_rl.learners.delivery import Inbox, Outbox
-from robot_rl.learners.reconnect import RECONNECT_EVERY_S, Reconnect, retry  # noqa: F401  (re-exported)
-from robot_rl.learners.wire import (
+from robot_rl.fleet.reconnect import RECONNECT_EVERY_S, Reconnect, retry  # noqa: F401  (re-exported)
+from robot_rl.fleet.wire import (
     DEFAULT_MAX_PAYLOAD,
     AuthError,
     FrameError,
@@ -47,6 +45,8 @@ from robot_rl.learners.wire import (
     server_handshake,
     unpack_weights,
 )
+from robot_rl.learners.buffers import decode_transitions
+from robot_rl.learners.delivery import Inbox, Outbox
 
 log = logging.getLogger(__name__)
 MAX_WEIGHTS_BYTES = 4 * 1024 * 1024 * 1024

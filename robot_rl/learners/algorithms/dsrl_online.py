@@ -43,10 +43,10 @@ from safetensors.torch import load_file, save_file
 from robot_rl.core.config import config_to_dict
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
+from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.dsrl import META_FILE, DSRLConfig, DSRLLearner, policy_fingerprint
 from robot_rl.learners.off_policy import OffPolicyAlgorithm, OffPolicyConfig, TaskReward
-from robot_rl.learners.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.sac_rlpd import GaussianActor
 from robot_rl.policies.base import Policy
 from robot_rl.policies.chunking import ExecutorConfig

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward
-from robot_rl.learners.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent, SACAlgorithm
 from robot_rl.learners.sac_rlpd import SACConfig
 

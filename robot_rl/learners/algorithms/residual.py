@@ -27,8 +27,8 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.core.spaces import SpecError
+from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward
-from robot_rl.learners.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent, SACAlgorithm
 from robot_rl.learners.sac_rlpd import SACConfig
 

@@ -29,8 +29,8 @@ import torch
 from robot_rl.core.device import resolve_device, to_device
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
+from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.buffers import ReplayBuffer
-from robot_rl.learners.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.training.checkpoint import load_training_state, save_training_state
 from robot_rl.training.dataset import ChunkDataset

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-BUILTIN = ("robot_rl.learners.hg_dagger", "robot_rl.learners.residual", "robot_rl.learners.rlpd",
-           "robot_rl.learners.dsrl_online")
+BUILTIN = ("robot_rl.learners.algorithms.hg_dagger", "robot_rl.learners.algorithms.residual",
+           "robot_rl.learners.algorithms.rlpd", "robot_rl.learners.algorithms.dsrl_online")
 """Modules of the algorithms that ship with robot_rl (imported on the first lookup)."""
 
 
