@@ -31,11 +31,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from robot_rl.core.transition import Transition
+from robot_rl.fleet.wire import pack_weights
 from robot_rl.learners.buffers import decode_transitions, encode_transitions
 from robot_rl.learners.delivery import Outbox
 from robot_rl.learners.tcp_transport import TcpActorClient, TcpTransitionServer
 from robot_rl.learners.transport import SocketTransitionClient, SocketTransitionServer
-from robot_rl.learners.wire import pack_weights
 
 KEY = b"b" * 32
 
@@ -195,7 +195,7 @@ def push_tcp(folder: Path, actors: int) -> float:
 def push_ray(folder: Path, actors: int) -> float:
     import ray
 
-    from robot_rl.learners.wire import unpack_weights
+    from robot_rl.fleet.wire import unpack_weights
 
     @ray.remote(num_cpus=0)
     class Holder:

@@ -4,7 +4,7 @@
         [--budget SECONDS] [--seeds N] [--eval-only [--version V]] [--plot-only]
 
 Runs the task's online config through the process runner (one learner, one actor; the env's scripted
-expert is the frozen base, ``robot_rl.learners.residual``), then evaluates on unseen seeds (1000, 1001, ...)
+expert is the frozen base, ``robot_rl.learners.algorithms.residual``), then evaluates on unseen seeds (1000, 1001, ...)
 the nominal expert (the ``-v0`` twin of a stand-in env), the expert alone in the run's env, and the expert
 plus the newest published residual (or ``--version``; its mean action, no exploration). Metrics, per episode:
 
@@ -37,9 +37,9 @@ import torch
 
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
+from robot_rl.learners.algorithms.residual import MARKER, ResidualActorWeights, ResidualAgent
 from robot_rl.learners.online import collect, run_online
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.residual import MARKER, ResidualActorWeights, ResidualAgent
 from robot_rl.learners.transport import list_versions
 from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts import expert_for

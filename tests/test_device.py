@@ -19,7 +19,7 @@ import torch
 from robot_rl.cli.main import main
 from robot_rl.core.config import ConfigError, load_config
 from robot_rl.core.device import DeviceError, check_device_name, resolve_device, to_device
-from robot_rl.learners.hg_dagger import HGDAggerConfig, HGDAggerLearner
+from robot_rl.learners.algorithms.hg_dagger import HGDAggerConfig, HGDAggerLearner
 from robot_rl.learners.online_config import ActorConfig, LearnerConfig, OnlineConfig
 from robot_rl.learners.reward_classifier import RewardClassifier, RewardClassifierConfig
 from robot_rl.learners.sac_rlpd import SACConfig, SACLearner

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from robot_rl.learners.wire import (
+from robot_rl.fleet.wire import (
     MAGIC,
     PREFIX,
     AuthError,

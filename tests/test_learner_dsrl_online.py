@@ -14,8 +14,7 @@ import torch
 
 from robot_rl.core.config import load_config
 from robot_rl.core.transition import SegmentSource, Transition
-from robot_rl.learners.dsrl import DSRLConfig, decisions_from_steps
-from robot_rl.learners.dsrl_online import (
+from robot_rl.learners.algorithms.dsrl_online import (
     MARKER,
     DSRLAgent,
     DSRLAlgorithm,
@@ -23,6 +22,7 @@ from robot_rl.learners.dsrl_online import (
     NoiseActorWeights,
     steered_executor,
 )
+from robot_rl.learners.dsrl import DSRLConfig, decisions_from_steps
 from robot_rl.learners.learner_process import OnlineLearner
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig

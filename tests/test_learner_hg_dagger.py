@@ -11,7 +11,7 @@ from helpers.toy import toy_episode
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
-from robot_rl.learners.hg_dagger import HGDAggerConfig, HGDAggerLearner
+from robot_rl.learners.algorithms.hg_dagger import HGDAggerConfig, HGDAggerLearner
 from robot_rl.policies.chunking import ExecutorConfig
 from robot_rl.policies.flow import FlowConfig, FlowPolicy
 from robot_rl.training.dataset import ChunkDataset

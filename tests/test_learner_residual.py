@@ -17,11 +17,7 @@ from helpers.residual_training import train_residual
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
 from robot_rl.core.transition import SegmentSource
-from robot_rl.learners.buffers import ReplayBuffer
-from robot_rl.learners.learner_process import OnlineLearner
-from robot_rl.learners.online import run_online
-from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.residual import (
+from robot_rl.learners.algorithms.residual import (
     MARKER,
     ResidualActorWeights,
     ResidualAgent,
@@ -29,6 +25,10 @@ from robot_rl.learners.residual import (
     ResidualConfig,
     TaskReward,
 )
+from robot_rl.learners.buffers import ReplayBuffer
+from robot_rl.learners.learner_process import OnlineLearner
+from robot_rl.learners.online import run_online
+from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.sac_rlpd import SACLearner
 from robot_rl.learners.transport import list_versions
 from robot_rl.runtime.episode import run_episode
@@ -236,7 +236,7 @@ def test_a_chunked_policy_base_is_asked_once_per_step(tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from helpers.tiny_policy import train_tiny_policy
 
-    from robot_rl.learners.residual import build_base
+    from robot_rl.learners.algorithms.residual import build_base
     from robot_rl.runtime.policy_runner import PolicyRunner
     from robot_rl.sim.experts import HoverExpert
 

@@ -14,12 +14,12 @@ from helpers.residual_training import train_residual
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
 from robot_rl.core.spaces import SpecError
-from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.residual import (
+from robot_rl.learners.algorithms.residual import (
     ResidualAgent,
     ResidualConfig,
     TaskReward,
 )
+from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts import expert_for
 

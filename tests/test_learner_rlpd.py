@@ -19,11 +19,11 @@ from robot_rl.core.config import load_config
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.data.env_info import dataset_info
 from robot_rl.data.store import EpisodeStore
+from robot_rl.learners.algorithms.residual import ResidualAlgorithm, ResidualConfig
+from robot_rl.learners.algorithms.rlpd import RLPDAlgorithm, RLPDConfig
 from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward, demo_transitions
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.residual import ResidualAlgorithm, ResidualConfig
-from robot_rl.learners.rlpd import RLPDAlgorithm, RLPDConfig
 from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent
 from robot_rl.learners.sac_rlpd import SACConfig
 from robot_rl.learners.task_success import observed_success, pick_lift_success

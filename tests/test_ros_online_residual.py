@@ -32,7 +32,7 @@ from test_ros_policy_node import _policy  # noqa: E402
 
 from robot_rl.learners.buffers import ReplayBuffer, decode_transitions  # noqa: E402
 from robot_rl.learners.delivery import read_commit, row_digests, transition_digest  # noqa: E402
-from robot_rl.learners.tcp_transport import actor_folder  # noqa: E402
+from robot_rl.learners.remote_run import actor_folder  # noqa: E402
 from robot_rl.learners.transport import load_or_create_key  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.qos import LATCHED  # noqa: E402

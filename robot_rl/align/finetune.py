@@ -146,10 +146,11 @@ def rl_row(evaluation: dict[str, Any]) -> dict[str, Any]:
 
 def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dict[str, Any]:
     """Online learner: the frozen start flown as is, then one run per method with its actors in that simulator."""
-    from robot_rl.learners.actor_process import PUBLISHED_MARKERS, evaluation_agent
+    from robot_rl.learners.actor_process import evaluation_agent, published_marker
+    from robot_rl.learners.algorithms import registry
     from robot_rl.learners.online import collect, run_online
     from robot_rl.learners.online_config import OnlineConfig
-    from robot_rl.learners.transport import list_versions
+    from robot_rl.runtime.weights import list_versions
 
     f = cfg.finetune
     base = load_config(OnlineConfig, f.online_config, list(f.online_overrides))
@@ -157,7 +158,7 @@ def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) ->
         base = dataclasses.replace(base, policy=f.policy)
     if f.demos:
         base = dataclasses.replace(base, learner=dataclasses.replace(base.learner, demos=f.demos))
-    if not base.policy and not (base.learner.algorithm == "residual" and base.learner.residual.base == "expert"):
+    if not base.policy and registry.of(base.learner).needs_policy(base):
         raise AlignmentError(f"finetune.policy: {base.learner.algorithm} starts from a trained policy; give its "
                              "checkpoint folder (e.g. outputs/demo/bc/policy from `robot-rl demo --rl-seconds 0`)")
     if "RealStandIn" in base.actor.env_id:
@@ -187,7 +188,7 @@ def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) ->
     with ThreadPoolExecutor(max_workers=f.online_parallel) as pool:  # each run is processes; threads only wait
         trained = list(pool.map(train, f.methods))
     for method, (online, folder, result) in zip(f.methods, trained, strict=True):
-        versions = list_versions(folder / "weights", PUBLISHED_MARKERS[online.learner.algorithm])
+        versions = list_versions(folder / "weights", published_marker(online))
         if not versions:
             raise AlignmentError(f"finetune {method}: the learner published nothing in {f.online_budget_s:.0f} s")
         version, newest = versions[-1]
@@ -200,13 +201,12 @@ def finetune_online(cfg: AlignConfig, run: str | Path, progress: bool = True) ->
 
 
 def frozen_start(online: OnlineConfig, env: Any) -> Any:
-    """What acts before any online update: the residual's base, or the run's policy."""
-    from robot_rl.learners.residual import build_base
+    """What acts before any online update: the algorithm's frozen start (the residual's base), or the run's policy."""
+    from robot_rl.learners.algorithms import registry
     from robot_rl.policies.base import Policy
 
-    if online.learner.algorithm == "residual":
-        return build_base(online.learner.residual.base, env, online.policy, online.actor.device)
-    return Policy.load(online.policy)
+    start = registry.of(online.learner).frozen_start
+    return start(online, env) if start is not None else Policy.load(online.policy)
 
 
 def format_closed_loop(summary: dict[str, Any]) -> str:

@@ -217,10 +217,10 @@ class Demo:
         import torch
 
         import robot_rl.sim  # noqa: F401
-        from robot_rl.learners.actor_process import PUBLISHED_MARKERS, evaluation_agent
-        from robot_rl.learners.roles import load_run_config
-        from robot_rl.learners.transport import list_versions
+        from robot_rl.learners.actor_process import evaluation_agent, published_marker
+        from robot_rl.learners.online_config import load_run_config
         from robot_rl.policies.base import Policy
+        from robot_rl.runtime.weights import list_versions
         from robot_rl.training.evaluate import evaluate, save_report
 
         torch.set_num_threads(1)
@@ -231,7 +231,7 @@ class Demo:
                 title = f"{name}: {policy.name} policy v{policy.version}"
             else:
                 cfg = load_run_config(rl_run)
-                versions = list_versions(rl_run / "weights", PUBLISHED_MARKERS[cfg.learner.algorithm])
+                versions = list_versions(rl_run / "weights", published_marker(cfg))
                 if not versions:
                     raise RuntimeError(f"{rl_run}: RL published nothing (was the budget shorter than its warm-up?)")
                 version, folder = versions[-1]
@@ -281,7 +281,7 @@ class Demo:
 
     def fine_tuned(self) -> Path:
         """The newest policy HG-DAgger published."""
-        from robot_rl.learners.transport import list_versions
+        from robot_rl.runtime.weights import list_versions
 
         versions = list_versions(self.out / "online" / "weights")
         if not versions:

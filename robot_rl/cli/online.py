@@ -57,9 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the role (the learner and actor roles are the core's, in robot_rl.learners.roles)."""
     from robot_rl.core.config import ConfigError, load_config
+    from robot_rl.fleet.wire import AuthError
     from robot_rl.learners.online_config import OnlineConfig, default_config_path
     from robot_rl.learners.roles import exit_with_parent, run_role
-    from robot_rl.learners.wire import AuthError
 
     try:
         if args.role == "run":
@@ -68,14 +68,15 @@ def run(args: argparse.Namespace) -> int:
                 cfg.policy = args.policy
             if args.demos:
                 cfg.learner.demos = args.demos
-            base_is_expert = cfg.learner.algorithm == "residual" and cfg.learner.residual.base == "expert"
-            if not cfg.policy and not base_is_expert and cfg.learner.algorithm != "rlpd":
+            from robot_rl.learners.algorithms import registry
+
+            if not cfg.policy and registry.of(cfg.learner).needs_policy(cfg):
                 raise ConfigError("policy: no policy to fine-tune (give --policy)")
             if args.ray is not None:
                 return _run_ray(cfg, Path(args.run), args.ray, args.seconds)
             return _run_all(cfg, Path(args.run), args.seconds)
         if args.role == "status":
-            from robot_rl.learners.fleet_status import format_status, read_status
+            from robot_rl.fleet.fleet_status import format_status, read_status
 
             print(format_status(read_status(args.run_folder)))
             return 0

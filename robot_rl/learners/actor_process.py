@@ -5,9 +5,9 @@ Transitions stream to the learner every few steps during the episode; between ac
 checks ``<run>/weights/`` for a newer version and stages it, so the policy improves mid-episode, not
 only at resets. If the learner goes away (killed, restarting), the actor keeps running: steps wait in a
 bounded queue and go out once it reconnects. One JSON line per episode goes to ``<run>/actor_<i>.jsonl``.
-With an RL algorithm (``residual``, ``rlpd``, ``dsrl``) the actor runs that algorithm's agent (see
-:func:`make_agent`), records the base's action with every step (residual) and stores the reward the
-algorithm's section names (sparse success by default).
+The actor runs the agent of the run's algorithm (its registry entry, see :func:`make_agent`), records the
+base's action with every step (residual) and stores the reward the algorithm's section names (sparse
+success by default).
 SIGTERM (or SIGINT) ends the actor after the current episode: its steps are delivered, it exits cleanly.
 """
 
@@ -22,90 +22,47 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from tqdm import tqdm
 
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
-from robot_rl.learners.dsrl_online import MARKER as NOISE_MARKER
-from robot_rl.learners.dsrl_online import DSRLAgent, NoiseActorWeights, make_dsrl_agent
-from robot_rl.learners.off_policy import TaskReward
+from robot_rl.learners.algorithms import registry
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.residual import ResidualAgent, build_base
+from robot_rl.learners.remote_run import RemoteRun
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
-from robot_rl.learners.sac_online import MARKER as SAC_MARKER
-from robot_rl.learners.sac_online import ActorWeights, SACAgent
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
-from robot_rl.learners.tcp_transport import RemoteRun
-from robot_rl.learners.transport import BatchingSender, list_versions, local_sender
-from robot_rl.policies.base import CheckpointError, Policy
+from robot_rl.learners.transport import BatchingSender, local_sender
 from robot_rl.runtime.episode import EpisodeHooks, run_episode
-from robot_rl.runtime.policy_runner import PolicyRunner
 from robot_rl.sim.experts import expert_for
 
 LOCAL_STOP_FLUSH_S = 3.0
 """How long an actor told to stop tries to deliver its queue to a learner on this machine [s]."""
 
 
-def _latest_policy(weights: Path, timeout: float = 120.0) -> tuple[Policy, int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        versions = list_versions(weights)
-        if versions:
-            version, folder = versions[-1]
-            try:
-                return Policy.load(folder), version
-            except (CheckpointError, FileNotFoundError):  # pruned between listing and loading
-                pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{weights}: no published weights within {timeout:.0f} s")
-        time.sleep(0.1)
-
-
 def make_agent(cfg: OnlineConfig, env: gym.Env[Any, Any], run: Path) -> tuple[gym.Env[Any, Any], Any, Any]:
     """(env, agent, base_agent) of an actor for ``learner.algorithm``; the env is wrapped in the reward it stores.
 
-    ``hg_dagger``: a PolicyRunner over the newest published policy (new versions swap in between chunks).
-    ``residual`` / ``rlpd``: a SAC agent (on its frozen base, or alone) following the published actors.
-    ``dsrl``: the frozen base policy sampled from noise chosen by the published noise actor.
+    The algorithm's registry entry builds them, e.g. ``hg_dagger``: a PolicyRunner over the newest published
+    policy (new versions swap in between chunks); ``residual`` / ``rlpd``: a SAC agent (on its frozen base, or
+    alone) following the published actors; ``dsrl``: the frozen base policy sampled from noise chosen by the
+    published noise actor.
     """
-    lc, device = cfg.learner, cfg.actor.device
-    if lc.algorithm == "residual":
-        rc = lc.residual
-        agent = ResidualAgent(build_base(rc.base, env, cfg.policy, device), weights_dir=run / "weights",
-                              deterministic=not rc.explore)
-        return TaskReward.of(env, rc), agent, agent.base_view
-    if lc.algorithm == "rlpd":
-        dim = int(np.prod(env.action_space.shape or (1,)))
-        return TaskReward.of(env, lc.rlpd), SACAgent(None, run / "weights", not lc.rlpd.explore,
-                                                         action_dim=dim, seed=cfg.actor.seed), None
-    if lc.algorithm == "dsrl":
-        return TaskReward.of(env, lc.dsrl), make_dsrl_agent(cfg, run), None
-    policy, _ = _latest_policy(run / "weights")
-    return env, PolicyRunner(policy, weights_dir=run / "weights", device=device), None
+    return registry.of(cfg.learner).make_agent(cfg, env, run)
 
 
-PUBLISHED_MARKERS = {"hg_dagger": "policy.json", "residual": SAC_MARKER, "rlpd": SAC_MARKER, "dsrl": NOISE_MARKER}
-"""``learner.algorithm`` -> the file that marks a complete published ``weights/v<N>/`` folder."""
+def published_marker(cfg: OnlineConfig) -> str:
+    """The file that marks a complete published ``weights/v<N>/`` folder of the run's algorithm."""
+    return registry.of(cfg.learner).marker
 
 
 def evaluation_agent(cfg: OnlineConfig, folder: Path, env: gym.Env[Any, Any]) -> Any:
     """What acts for the version published in ``folder`` without a human, at its mean (for evaluation).
 
-    A SAC actor (on the run's frozen base for a residual), the run's frozen policy steered by a noise
-    actor, or the published policy itself.
+    The algorithm's registry entry builds it: a SAC actor (on the run's frozen base for a residual), the
+    run's frozen policy steered by a noise actor, or the published policy itself.
     """
-    if (folder / SAC_MARKER).is_file():
-        weights = ActorWeights.load(folder)
-        base = build_base(cfg.learner.residual.base, env, cfg.policy, cfg.actor.device) if weights.is_residual else None
-        return SACAgent(base, deterministic=True, actor=weights, action_dim=weights.action_dim)
-    if (folder / NOISE_MARKER).is_file():
-        latent = cfg.learner.dsrl.latent
-        return DSRLAgent(Policy.load(cfg.policy), deterministic=True, action_steps=latent.action_steps,
-                         num_steps=latent.num_steps, device=cfg.actor.device,
-                         noise_actor=NoiseActorWeights.load(folder))
-    return Policy.load(folder)
+    return registry.of(cfg.learner).evaluation_agent(cfg, folder, env)
 
 
 def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool = False,
@@ -197,7 +154,7 @@ def run_remote_actor(remote: RemoteRun, index: int | None = None, overrides: lis
     work folder re-sends what the learner has not checkpointed (see :class:`RemoteRun`).
     """
     from robot_rl.core.config import load_config
-    from robot_rl.learners.roles import CONFIG_FILE
+    from robot_rl.fleet.wire import CONFIG_FILE
 
     try:
         remote.join(join_timeout)

@@ -1,6 +1,6 @@
 """Exactly-once delivery of transitions from actors to a learner that may be killed at any moment.
 
-Two halves of one protocol (the fleet transport carries their messages; see robot_rl.learners.wire):
+Two halves of one protocol (the fleet transport carries their messages; see robot_rl.fleet.wire):
 
 * :class:`Outbox` (actor): every batch gets the next sequence number of its actor and is written to local
   disk (one safetensors file, atomically) *before* it is sent; it is deleted only when the learner

@@ -3,12 +3,16 @@
 A process actor (:mod:`robot_rl.learners.actor_process`) owns a simulator and calls its agent
 synchronously. On a graph, the policy node's :class:`~robot_rl.runtime.policy_runner.PolicyRunner`
 predicts chunks on its own thread (a timer must never wait for a network), so the policy's action of a
-tick is computed there; this module adds what the run's algorithm puts on top of it:
+tick is computed there; the run's algorithm (its registry entry, :mod:`robot_rl.learners.algorithms.registry`) says
+what goes on top of it:
 
-* ``hg_dagger``: nothing; the runner itself swaps in the fine-tuned policies;
-* ``residual``: the newest published residual, on the node's policy as the frozen base
-  (:class:`StreamedResidual`), swapped in between steps; a residual that does not fit the node's
-  observation or action is refused and the running one keeps acting.
+* ``streams``: whether a graph can act in its runs at all;
+* ``graph_agent``: an object whose ``act(obs, action)`` gives the executed action on the node's policy
+  action (the residual: :class:`~robot_rl.learners.algorithms.residual.StreamedResidual`, the newest published
+  residual on the node's policy as the frozen base, swapped in between steps); none (``hg_dagger``): the
+  runner itself swaps in the fine-tuned policies;
+* ``check_graph``: what a graph must offer (the residual: ``base: policy``, ``reward: success``, a
+  normalised control mode, its state keys).
 
 Reward on a graph is sparse success, as a real robot has it: an ``episode_event`` success (from an
 operator, or a success detector publishing it) ends the episode with reward 1
@@ -18,22 +22,22 @@ expert, so ``reward: env`` and ``base: expert`` are refused, as are algorithms w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import yaml
 
 from robot_rl.core.config import ConfigError
-from robot_rl.core.spaces import SpecError
-from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.residual import ResidualActorWeights, ResidualAgent, ResidualConfig
-from robot_rl.learners.roles import CONFIG_FILE, load_run_config
+from robot_rl.fleet.wire import CONFIG_FILE, parse_address, read_secret, tls_client_context
+from robot_rl.learners.algorithms import registry
+from robot_rl.learners.algorithms.residual import NORMALISED_MODES, StreamedResidual  # noqa: F401  (re-exported)
+from robot_rl.learners.online_config import OnlineConfig, load_run_config
 
-STREAMABLE = ("hg_dagger", "residual")
-"""Algorithms a graph actor can act in."""
-NORMALISED_MODES = ("cartesian_delta", "joint_position", "thrust_body_rates")
-"""Control modes whose actions live in [-1, 1], where a bounded additive correction means what it says."""
+
+def streamable() -> tuple[str, ...]:
+    """Algorithms a graph actor can act in (registered with ``streams``)."""
+    return tuple(name for name in registry.names() if registry.get(name).streams)
 
 
 def read_run_config(run: str | Path) -> OnlineConfig | None:
@@ -49,106 +53,80 @@ def read_run_config(run: str | Path) -> OnlineConfig | None:
 def check_streamable(cfg: OnlineConfig, control_mode: str, observation_keys: Sequence[str],
                      policy: str = "") -> list[str]:
     """Warnings for a graph actor of this run; ValueError for a run it cannot act in (module docstring)."""
-    lc = cfg.learner
-    if lc.algorithm not in STREAMABLE:
-        raise ValueError(f"learner.algorithm {lc.algorithm!r}: a graph actor acts in {STREAMABLE} runs")
-    if lc.algorithm != "residual":
-        return []
-    rc = lc.residual
-    if rc.base != "policy":
-        raise ValueError(f"residual.base {rc.base!r}: on a graph the base is the node's policy (base: policy)")
-    if rc.reward != "success":
-        raise ValueError(f"residual.reward {rc.reward!r}: a graph has only the success events (reward: success)")
-    if control_mode not in NORMALISED_MODES:
-        raise ValueError(f"control mode {control_mode!r}: a residual needs actions in [-1, 1] {NORMALISED_MODES}")
-    missing = sorted(set(rc.state_keys) - set(observation_keys))
-    if missing:
-        raise ValueError(f"residual.state_keys {missing}: not in the node's observation {sorted(observation_keys)}")
-    if cfg.policy and policy and Path(cfg.policy).resolve() != Path(policy).resolve():
-        return [f"the run names base {cfg.policy}, the node runs {policy}: the residual corrects the node's"]
-    return []
+    entry = registry.of(cfg.learner)
+    if not entry.streams:
+        raise ValueError(f"learner.algorithm {entry.name!r}: a graph actor acts in {streamable()} runs")
+    return [] if entry.check_graph is None else entry.check_graph(cfg, control_mode, observation_keys, policy)
 
 
-class _GivenBase:
-    """The base of a :class:`ResidualAgent` whose action was computed elsewhere this step."""
+class LearnerLink:
+    """Where a graph actor's learner is: a run folder on this machine, or a learner on another machine.
 
-    def __init__(self) -> None:
-        self.action: np.ndarray | None = None
-
-    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        assert self.action is not None, "act() before a base action was given"
-        return self.action
-
-
-class StreamedResidual:
-    """``act(obs, base)``: ``base`` plus the newest published residual of ``weights_dir`` (none yet: ``base``).
-
-    ``on_swap(version)`` reports a residual that starts acting, ``on_error(message)`` one that was refused
-    and a step that fell back to the base (a non-finite observation or result).
+    ``run``: the learner's run folder; ``connect`` (host:port, wins): TCP with a copy of the run's key
+    (``secret_file``), its config and weights mirrored in ``workdir``.
+    :meth:`join` returns the run's config once it is there (the learner writes it when it starts; a remote one
+    sends it on joining), after checking that this graph can act in the run.
     """
 
-    def __init__(self, cfg: ResidualConfig, weights_dir: str | Path,
-                 on_swap: Callable[[int], None] | None = None, on_error: Callable[[str], None] | None = None) -> None:
-        self._base = _GivenBase()
-        self._obs: Mapping[str, np.ndarray] = {}
-        self.agent = ResidualAgent(self._base, weights_dir=weights_dir, deterministic=not cfg.explore,
-                                   accept=self._fits)
-        self.on_swap, self.on_error = on_swap, on_error
-        self._reported: set[int] = set()
+    def __init__(self, run: str = "", connect: str = "", secret_file: str = "", workdir: str = "robot_rl_actor",
+                 tls_ca: str = "", name: str = "", info: dict[str, Any] | None = None) -> None:
+        self.remote: Any = None
+        """The :class:`~robot_rl.learners.remote_run.RemoteRun` of a learner on another machine, else None."""
+        self.local = Path(run) if run and not connect else None
+        if connect:
+            from robot_rl.fleet.fleet_status import this_host
+            from robot_rl.learners.remote_run import RemoteRun
+
+            tls = tls_client_context(tls_ca) if tls_ca else None
+            self.remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or this_host(),
+                                    tls, {"host": this_host(), **(info or {})})
+            self.remote.join_in_background()
+        self.where = f"at {connect}" if connect else f"of {run}"
 
     @property
-    def version(self) -> int:
-        """The residual version acting now (0: none yet, the base acts alone)."""
-        return self.agent.version
+    def enabled(self) -> bool:
+        """Whether there is a learner to stream to."""
+        return self.remote is not None or self.local is not None
 
     @property
-    def residual(self) -> ResidualActorWeights | None:
-        """The residual acting now."""
-        return self.agent.residual
+    def run_dir(self) -> Path | None:
+        """The learner's run folder, or the local mirror of a learner on another machine."""
+        return self.remote.folder if self.remote is not None else self.local
 
-    def _fits(self, weights: ResidualActorWeights) -> str | None:
-        """The agent's accept-check of a new version: does it fit this tick's observation and base action?"""
-        assert self._base.action is not None
-        return _misfit(weights, self._obs, self._base.action)
+    def weights_dir(self, override: str = "") -> str | None:
+        """The folder new weights appear in: ``override``, else the run's ``weights/``."""
+        run = self.run_dir
+        return override or (str(run / "weights") if run is not None else None)
 
-    def act(self, obs: Mapping[str, np.ndarray], base: np.ndarray) -> np.ndarray:
-        """The executed action of this step: base + residual, clipped to [-1, 1] (exactly ``base`` without one).
+    @property
+    def error(self) -> str | None:
+        """Why joining a remote learner gave up (refused secret, no config); None otherwise."""
+        return None if self.remote is None else self.remote.error
 
-        The agent looks for a newer residual once, before acting; one that does not fit is refused there.
-        """
-        base = np.asarray(base, np.float32).reshape(-1)
-        self._base.action, self._obs = base, obs
-        before = self.version
-        try:
-            action = np.asarray(self.agent.act(obs), np.float32)
-        except SpecError as exc:  # a NaN observation: the residual has nothing to say
-            self._report(f"residual v{self.version} skipped: {exc}")
-            return base.copy()
-        finally:
-            self._announce(before)
-        if not np.all(np.isfinite(action)):
-            self._report(f"residual v{self.version} gave a non-finite action; the base acts")
-            return base.copy()
-        return action
+    @property
+    def sender(self) -> Any:
+        """The TCP client of a remote learner (None: the run folder's local socket)."""
+        return None if self.remote is None else self.remote.client
 
-    def _announce(self, before: int) -> None:
-        """Report a residual that started acting and every version refused since the last tick."""
-        if self.version != before and self.on_swap is not None:
-            self.on_swap(self.version)
-        for version, why in self.agent.refused.items():
-            if version not in self._reported:
-                self._reported.add(version)
-                self._report(f"refused residual v{version}: {why}; keeping v{self.version}")
+    def join(self, control_mode: str, observation_keys: Sequence[str], policy: str,
+             warn: Callable[[str], Any]) -> OnlineConfig | None:
+        """The run's config once readable (None before); ValueError when this graph cannot act in the run."""
+        run = self.run_dir
+        online = None if run is None else read_run_config(run)
+        if online is not None:
+            for warning in check_streamable(online, control_mode, observation_keys, policy):
+                warn(warning)
+        return online
 
-    def _report(self, message: str) -> None:
-        if self.on_error is not None:
-            self.on_error(message)
+    def graph_agent(self, online: OnlineConfig, on_swap: Callable[[int], None],
+                    on_error: Callable[[str], None]) -> Any:
+        """What the run's algorithm adds on the node's policy action (e.g. a residual), or None."""
+        make = registry.of(online.learner).graph_agent
+        run = self.run_dir
+        assert run is not None
+        return None if make is None else make(online, run / "weights", on_swap=on_swap, on_error=on_error)
 
-
-def _misfit(weights: ResidualActorWeights, obs: Mapping[str, np.ndarray], base: np.ndarray) -> str | None:
-    """Why a residual cannot act on this stream (None: it can)."""
-    if weights.action_dim != base.size:
-        return f"{weights.action_dim} action values, the base gives {base.size}"
-    wrong = {k: d for k, d in weights.state_dims.items() if k not in obs or np.asarray(obs[k]).size != d}
-    return None if not wrong else f"state {wrong} does not fit the observation {sorted(obs)}"
-
+    def close(self) -> None:
+        """Disconnect from a remote learner."""
+        if self.remote is not None:
+            self.remote.close()

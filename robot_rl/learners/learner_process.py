@@ -3,7 +3,8 @@
 It runs beside the robots, never in their control loop: actors stream transitions to its socket while
 their episodes run; it trains an algorithm (``learner.algorithm``) and writes numbered weight folders
 that actors (and the ROS policy node) swap in between action chunks. Algorithms sit behind one small
-interface (:class:`OnlineAlgorithm`): ``hg_dagger`` (:class:`HGDAggerAlgorithm`, behaviour cloning on the
+interface (:class:`LearnerAlgorithm`), each registered by name (:mod:`robot_rl.learners.algorithms.registry`):
+``hg_dagger`` (:class:`~robot_rl.learners.algorithms.hg_dagger.HGDAggerAlgorithm`, behaviour cloning on the
 human-gated segments plus the demonstrations), and the off-policy RL algorithms of
 :mod:`robot_rl.learners.off_policy`: ``residual`` (SAC on a frozen base), ``rlpd`` (SAC from scratch with
 the demonstrations in half of every batch) and ``dsrl`` (SAC in the frozen policy's noise space).
@@ -42,14 +43,12 @@ import numpy as np
 import torch
 
 from robot_rl.core.transition import Transition
+from robot_rl.fleet.fleet_status import FleetStatus, this_host
+from robot_rl.fleet.wire import CONFIG_FILE, pack_weights, parse_address, tls_server_context
+from robot_rl.learners.algorithms import registry
 from robot_rl.learners.buffers import ReplayBuffer, decode_transitions, encode_transitions, truncate_saved
 from robot_rl.learners.delivery import Inbox, read_commit, write_commit
-from robot_rl.learners.fleet_status import FleetStatus, this_host
-from robot_rl.learners.hg_dagger import HGDAggerLearner
-from robot_rl.learners.online_config import LearnerConfig, OnlineConfig
-from robot_rl.learners.residual import ResidualAlgorithm
-from robot_rl.learners.rlpd import RLPDAlgorithm
-from robot_rl.learners.roles import CONFIG_FILE
+from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.tcp_transport import TcpTransitionServer
 from robot_rl.learners.transport import (
     SocketTransitionServer,
@@ -58,14 +57,10 @@ from robot_rl.learners.transport import (
     load_or_create_key,
     socket_address,
 )
-from robot_rl.learners.wire import pack_weights, parse_address, tls_server_context
-from robot_rl.policies.base import Policy
-from robot_rl.training.checkpoint import load_training_state, save_training_state
-from robot_rl.training.dataset import ChunkDataset
 
 
-class OnlineAlgorithm(Protocol):
-    """What the learner loop needs of an algorithm (one file each: HG-DAgger, residual, later RLPD/DSRL)."""
+class LearnerAlgorithm(Protocol):
+    """What the learner loop needs of an algorithm (the learner side an algorithm's registry entry makes)."""
 
     marker: str
     """File that marks a complete published ``v<N>/`` folder (what the actors' watchers look for)."""
@@ -118,110 +113,10 @@ class OnlineAlgorithm(Protocol):
         """Save everything a restart needs into the run's ``checkpoint/``."""
 
 
-class HGDAggerAlgorithm:
-    """HG-DAgger in the online loop: fine-tunes the policy itself on human-gated segments plus demos."""
-
-    marker = "policy.json"
-
-    def __init__(self, cfg: OnlineConfig, checkpoint: Path) -> None:
-        lc = cfg.learner
-        self.lc, self.ckpt = lc, checkpoint
-        torch.manual_seed(lc.hg_dagger.seed)
-        state = self.ckpt / "state"
-        policy = Policy.load(state if (state / "train_state.json").is_file() else cfg.policy)
-        demos = None
-        if lc.demos:
-            pc = policy.config
-            demos = ChunkDataset.from_store(lc.demos, pc.state_keys, pc.image_keys, pc.n_obs_steps, pc.horizon,
-                                            aux_keys=pc.aux_keys)
-        self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos, device=lc.device)
-        self.steps = ReplayBuffer(lc.capacity)
-        self.updates = 0
-        self.failure: str | None = None
-        self.resumed_from: dict[str, int] | None = None
-        if (state / "train_state.json").is_file():
-            meta = load_training_state(state, policy, self.learner.ema, self.learner.optimizer)
-            self.updates = int(meta["step"])
-            self.learner.restore_interventions(self.ckpt)
-            self.steps = ReplayBuffer.load(self.ckpt / "steps", capacity=lc.capacity)
-            self.resumed_from = {"updates": self.updates, "steps": self.steps.total_added,
-                                 "human_steps": self.learner.interventions.total_added}
-
-    @property
-    def interventions(self) -> ReplayBuffer:
-        """The human-controlled steps HG-DAgger trains on."""
-        return self.learner.interventions
-
-    @property
-    def human_steps(self) -> int:
-        """Human-controlled steps received (its demonstrations live apart, in a ChunkDataset)."""
-        return self.learner.interventions.total_added
-
-    def add(self, transitions: Sequence[Transition]) -> None:
-        """Keep every step; HG-DAgger keeps the human ones."""
-        if transitions:
-            self.steps.extend(transitions)
-            self.learner.add_rollout(list(transitions))
-
-    def held(self) -> list[Transition]:
-        """None: every step goes straight into the buffers."""
-        return []
-
-    def updates_owed(self) -> int:
-        """0 until enough human data, then what the update-to-data ratio allows beyond the updates done."""
-        lc = self.lc
-        if self.learner.num_intervention_steps < max(1, lc.min_intervention_steps):
-            return 0
-        return max(0, int(lc.update_to_data * self.steps.total_added) - self.updates)
-
-    def train_allowed(self) -> int:
-        """:meth:`updates_owed`, at most ``updates_per_cycle``."""
-        return min(self.lc.updates_per_cycle, self.updates_owed())
-
-    def update(self, n: int) -> dict[str, float]:
-        """``n`` behaviour-cloning steps."""
-        metrics = self.learner.update(n)
-        self.updates += n
-        return metrics
-
-    def can_publish(self) -> bool:
-        """Always: the policy is usable from the start."""
-        return True
-
-    def publish(self, folder: Path, version: int) -> None:
-        """The published policy (the weights' moving average), stamped with ``version``."""
-        published = self.learner.published
-        published.version = version
-        published.save(folder)
-
-    def checkpoint(self) -> None:
-        """Buffers first (append-only), then the state that names their counts (atomic swap)."""
-        self.steps.save(self.ckpt / "steps")
-        self.learner.interventions.save(self.ckpt / "interventions")
-        save_training_state(self.ckpt / "state", self.learner.policy, self.learner.ema, self.learner.optimizer,
-                            self.updates,
-                            {"steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added})
-
-
-def make_algorithm(cfg: OnlineConfig, checkpoint: Path) -> OnlineAlgorithm:
-    """The algorithm ``cfg.learner.algorithm`` names, resumed from ``checkpoint`` when it holds one."""
-    lc: LearnerConfig = cfg.learner
-    if lc.algorithm == "residual":
-        torch.manual_seed(lc.residual.seed)
-        return ResidualAlgorithm(lc.residual, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
-                                 device=lc.device)
-    if lc.algorithm == "rlpd":
-        torch.manual_seed(lc.rlpd.seed)
-        rlpd = RLPDAlgorithm(lc.rlpd, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle,
-                             device=lc.device)
-        if lc.demos:
-            rlpd.load_demonstrations(lc.demos, cfg.actor.env_id)
-        return rlpd
-    if lc.algorithm == "dsrl":
-        from robot_rl.learners.dsrl_online import make_dsrl_algorithm
-
-        return make_dsrl_algorithm(cfg, checkpoint)
-    return HGDAggerAlgorithm(cfg, checkpoint)
+def make_algorithm(cfg: OnlineConfig, checkpoint: Path) -> LearnerAlgorithm:
+    """The learner side of the algorithm ``cfg.learner.algorithm`` names, resumed from ``checkpoint`` if it has one."""
+    algorithm: LearnerAlgorithm = registry.of(cfg.learner).make_learner(cfg, checkpoint)
+    return algorithm
 
 
 class OnlineLearner:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.device import check_device_name
-from robot_rl.learners.dsrl_online import DSRLRunConfig
-from robot_rl.learners.hg_dagger import HGDAggerConfig
-from robot_rl.learners.residual import ResidualConfig
-from robot_rl.learners.rlpd import RLPDConfig
+from robot_rl.fleet.wire import CONFIG_FILE, parse_address
+from robot_rl.learners.algorithms import registry
+from robot_rl.learners.algorithms.dsrl_online import DSRLRunConfig
+from robot_rl.learners.algorithms.hg_dagger import HGDAggerConfig
+from robot_rl.learners.algorithms.residual import ResidualConfig
+from robot_rl.learners.algorithms.rlpd import RLPDConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
 from robot_rl.learners.transport import PENDING_LIMIT, SEND_QUEUE
-from robot_rl.learners.wire import parse_address
 from robot_rl.paths import package_share_dir
 
 
@@ -66,10 +67,6 @@ class ActorConfig:
             raise ValueError(f"human_risk: must be 'grasp' or 'action', got {self.human_risk!r}")
 
 
-ALGORITHMS = ("hg_dagger", "residual", "rlpd", "dsrl")
-"""What ``learner.algorithm`` may name."""
-
-
 @dataclass
 class LearnerConfig:
     """What the learner process does with the stream."""
@@ -77,9 +74,14 @@ class LearnerConfig:
     algorithm: str = "hg_dagger"
     """What the learner trains: ``hg_dagger`` (behaviour cloning on the human-gated segments, the policy
     itself is fine-tuned), ``residual`` (SAC learns a bounded correction on the frozen ``policy``, see
-    robot_rl.learners.residual), ``rlpd`` (SAC from scratch with the demonstrations in half of every
-    batch, robot_rl.learners.rlpd) or ``dsrl`` (SAC chooses the initial noise of the frozen diffusion /
-    flow ``policy``, robot_rl.learners.dsrl_online)."""
+    robot_rl.learners.algorithms.residual), ``rlpd`` (SAC from scratch with the demonstrations in half of every
+    batch, robot_rl.learners.algorithms.rlpd) or ``dsrl`` (SAC chooses the initial noise of the frozen diffusion /
+    flow ``policy``, robot_rl.learners.algorithms.dsrl_online)."""
+    algorithm_module: str = ""
+    """Module that registers ``algorithm`` when it is not a built-in one (robot_rl.learners.algorithms.registry):
+    imported by every process of the run before the name is looked up; filled in from the registry when empty."""
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Settings of plug-in algorithms, ``sections.<name>`` (a built-in one's are its own field below)."""
     residual: ResidualConfig = field(default_factory=ResidualConfig)
     """Settings of ``algorithm: residual`` (ignored otherwise)."""
     rlpd: RLPDConfig = field(default_factory=RLPDConfig)
@@ -118,8 +120,10 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm: must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        entry = registry.get(self.algorithm, self.algorithm_module)  # ValueError names the registered ones
+        if not self.algorithm_module and entry.module not in registry.BUILTIN:
+            self.algorithm_module = entry.source  # so the run's other processes find it
+        entry.section(self)  # a plug-in's section parses
         if self.min_intervention_steps < 0 or self.updates_per_cycle < 1 or self.publish_every < 1:
             raise ValueError("min_intervention_steps >= 0, updates_per_cycle >= 1 and publish_every >= 1")
         if self.max_update_lag < 0:
@@ -224,3 +228,10 @@ DEFAULT_CONFIG = "config/learners/online_pick_lift.yaml"
 def default_config_path() -> Path:
     """The online config installed with robot_rl (the CLI, the demo and the learner node start from it)."""
     return package_share_dir() / DEFAULT_CONFIG
+
+
+def load_run_config(run: str | Path) -> OnlineConfig:
+    """The config of a run folder (raises ``FileNotFoundError`` or ``ConfigError``)."""
+    from robot_rl.core.config import load_config
+
+    return load_config(OnlineConfig, Path(run) / CONFIG_FILE)

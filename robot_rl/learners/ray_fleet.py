@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.config import save_config
+from robot_rl.fleet.wire import CONFIG_FILE, pack_weights
 from robot_rl.learners.online import OnlineResult, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.roles import CONFIG_FILE
 from robot_rl.learners.transport import load_or_create_key
-from robot_rl.learners.wire import pack_weights
 
 
 class LearnerWorker:
@@ -123,9 +122,9 @@ class ActorWorker:
         """
         import ray
 
+        from robot_rl.fleet.fleet_status import this_host
         from robot_rl.learners.actor_process import run_remote_actor
-        from robot_rl.learners.fleet_status import this_host
-        from robot_rl.learners.tcp_transport import RemoteRun
+        from robot_rl.learners.remote_run import RemoteRun
 
         workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
         remote = RemoteRun((address[0], address[1]), key, workdir, f"ray-{index}", info={"host": this_host()},
@@ -143,7 +142,7 @@ class ActorWorker:
         """Write each newer version from the object store into ``folder`` (where the actor's follower looks)."""
         import ray
 
-        from robot_rl.learners.wire import FrameError, unpack_weights
+        from robot_rl.fleet.wire import FrameError, unpack_weights
 
         have = 0
         while not self._done.is_set():

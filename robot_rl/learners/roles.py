@@ -20,21 +20,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from robot_rl.core.config import ConfigError, load_config
-from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.wire import AuthError, parse_address
+from robot_rl.core.config import ConfigError
+from robot_rl.fleet.wire import CONFIG_FILE, AuthError, parse_address, read_secret
+from robot_rl.learners.online_config import load_run_config
 
-CONFIG_FILE = "online.yaml"
-"""The run folder's config, written by whoever starts the run and read by every role."""
+__all__ = [
+    "CONFIG_FILE",
+    "command",
+    "exit_with_parent",
+    "load_run_config",
+    "main",
+    "read_secret",
+    "run_actor_role",
+    "run_learner",
+    "run_remote_actor_role",
+    "run_role",
+]
 
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-def load_run_config(run: str | Path) -> OnlineConfig:
-    """The config of a run folder (raises ``FileNotFoundError`` or ``ConfigError``)."""
-    return load_config(OnlineConfig, Path(run) / CONFIG_FILE)
 
 
 def run_learner(run: str | Path, max_seconds: float | None = None,
@@ -59,26 +64,14 @@ def run_actor_role(run: str | Path, index: int = 0, log: Callable[[str], None] =
     return records
 
 
-def read_secret(path: str | Path) -> bytes:
-    """The run's shared secret from a copy of its ``learner.key`` (hex), e.g. on a robot."""
-    text = Path(path).read_text(encoding="ascii").strip()
-    try:
-        key = bytes.fromhex(text)
-    except ValueError as exc:
-        raise ValueError(f"{path}: not a learner key (hex)") from exc
-    if len(key) < 16:
-        raise ValueError(f"{path}: a key of {len(key)} bytes is too short")
-    return key
-
-
 def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | Path, index: int | None = None,
                           name: str = "", tls_ca: str = "", overrides: Sequence[str] = (),
                           log: Callable[[str], None] = _say) -> list[dict[str, Any]]:
     """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes."""
+    from robot_rl.fleet.fleet_status import this_host
+    from robot_rl.fleet.wire import tls_client_context
     from robot_rl.learners.actor_process import run_remote_actor
-    from robot_rl.learners.fleet_status import this_host
-    from robot_rl.learners.tcp_transport import RemoteRun
-    from robot_rl.learners.wire import tls_client_context
+    from robot_rl.learners.remote_run import RemoteRun
 
     remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or f"{this_host()}-{index or 0}",
                        tls_client_context(tls_ca) if tls_ca else None, {"host": this_host()})

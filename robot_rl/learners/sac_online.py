@@ -31,9 +31,9 @@ from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import mixed_sample
 from robot_rl.learners.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from robot_rl.learners.sac_rlpd import GaussianActor, SACConfig, SACLearner, state_array
-from robot_rl.learners.transport import WeightsFollower
 from robot_rl.runtime.episode import act as agent_action
 from robot_rl.runtime.episode import reset_agent
+from robot_rl.runtime.weights import WeightsFollower
 
 MARKER = "actor.json"
 """The file that marks a complete published ``weights/v<N>/`` actor folder (a PolicyRunner's is policy.json)."""

@@ -1,7 +1,7 @@
 """Actors on other machines: transitions over TCP with a shared secret, acknowledged once checkpointed.
 
 The learner listens on a TCP port (optionally TLS); an actor (a simulated one, or the ROS policy node of a
-real robot) connects, proves it knows the run's secret (robot_rl.learners.wire), is told how far the
+real robot) connects, proves it knows the run's secret (robot_rl.fleet.wire), is told how far the
 learner's checkpoint holds its batches, re-sends the rest from its :class:`~robot_rl.learners.delivery.Outbox`
 and then streams new batches. The learner acknowledges batches only after a checkpoint holds them
 (:meth:`TcpTransitionServer.acknowledge`), so a learner killed at any moment loses nothing and stores
@@ -10,7 +10,7 @@ connection (the actor re-sends after reconnecting) and never stops the learner; 
 and logged with the peer's address.
 
 Weights go the other way on the same connection: the learner packs each published version once
-(:func:`~robot_rl.learners.wire.pack_weights`) and every actor's writer thread sends the newest one it has
+(:func:`~robot_rl.fleet.wire.pack_weights`) and every actor's writer thread sends the newest one it has
 not sent yet (a slow link skips versions instead of queueing them); the actor checks sizes and hashes and
 writes ``v<N>/`` into its own weights folder, where the usual follower swaps it in between chunks.
 
@@ -21,11 +21,8 @@ per-actor bookkeeping for ``robot-rl online status``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import os
 import select
-import shutil
 import socket
 import ssl
 import threading
@@ -37,9 +34,8 @@ from typing import Any
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
-from robot_rl.learners.buffers import decode_transitions
-from robot_rl.learners.delivery import Inbox, Outbox
-from robot_rl.learners.wire import (
+from robot_rl.fleet.reconnect import RECONNECT_EVERY_S, Reconnect, retry  # noqa: F401  (re-exported)
+from robot_rl.fleet.wire import (
     DEFAULT_MAX_PAYLOAD,
     AuthError,
     FrameError,
@@ -49,12 +45,12 @@ from robot_rl.learners.wire import (
     server_handshake,
     unpack_weights,
 )
+from robot_rl.learners.buffers import decode_transitions
+from robot_rl.learners.delivery import Inbox, Outbox
 
 log = logging.getLogger(__name__)
 MAX_WEIGHTS_BYTES = 4 * 1024 * 1024 * 1024
 """Largest weights frame an actor accepts (a 1B-parameter fp32 policy)."""
-RECONNECT_EVERY_S = 0.5
-"""How often an actor whose learner is away tries again."""
 
 
 @dataclass
@@ -315,7 +311,8 @@ class TcpActorClient:
         self._lock = threading.RLock()
         """Guards the outbox and the socket between the caller's thread and the reader."""
         self._acked = threading.Condition(self._lock)
-        self._next_try = 0.0
+        self._retry = Reconnect(self._resolve_and_connect, (OSError, FrameError, AuthError, LookupError),
+                                on_error=lambda exc: log.info("learner %s:%s unreachable: %s", *self.address, exc))
 
     def connect(self, timeout: float = 10.0) -> None:
         """Connect, authenticate, learn the learner's mark and re-send everything it does not hold.
@@ -378,24 +375,16 @@ class TcpActorClient:
         with contextlib.suppress(OSError):
             sock.close()
 
-    def _reconnect(self) -> bool:
-        if self._sock is not None:
-            return True
-        if time.monotonic() < self._next_try:
-            return False
-        self._next_try = time.monotonic() + RECONNECT_EVERY_S
+    def _resolve_and_connect(self) -> None:
         if self.resolve is not None:
             try:
                 self.address = self.resolve()
             except Exception as exc:  # whatever the resolver raises means: not known now, try later
-                log.info("learner address unknown: %s", exc)
-                return False
-        try:
-            self.connect(timeout=5.0)
-        except (OSError, FrameError, AuthError) as exc:
-            log.info("learner %s:%s unreachable: %s", *self.address, exc)
-            return False
-        return True
+                raise LookupError(f"address unknown: {exc}") from exc
+        self.connect(timeout=5.0)
+
+    def _reconnect(self) -> bool:
+        return self._sock is not None or self._retry.attempt()
 
     def send(self, transitions: Sequence[Transition]) -> None:
         """Keep the batch on disk, then send it (if the learner is away, it goes out after reconnecting)."""
@@ -464,100 +453,3 @@ class TcpActorClient:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
-
-
-# ---------------------------------------------------------------------------- an actor's own folder
-class RemoteRun:
-    """A learner on another machine, mirrored into a local run folder: how every remote actor joins one.
-
-    The folder (:func:`actor_folder`: one per run secret) holds the run's config once joined, the learner's
-    weights (in shared memory, :func:`weights_in_memory`) and the outbox of unacknowledged batches
-    (``outbox/<name>``, journaled); :attr:`client` sends the actor's transitions. ``weights="ray"``: another
-    path (Ray's object store) fills ``weights/`` and the learner sends none. Used by the actor process
-    (:func:`~robot_rl.learners.actor_process.run_remote_actor`), Ray's actors and the ROS policy node.
-    """
-
-    def __init__(self, address: tuple[str, int], key: bytes, workdir: str | Path, name: str,
-                 tls: ssl.SSLContext | None = None, info: dict[str, Any] | None = None,
-                 resolve: Callable[[], tuple[str, int]] | None = None, weights: str = "tcp") -> None:
-        self.folder = actor_folder(workdir, key)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.mirror = weights_in_memory(self.folder)
-        self.client = TcpActorClient(address, key, name, Outbox(self.folder / "outbox" / name, journal=True),
-                                     info={**(info or {}), "weights": weights}, tls=tls,
-                                     weights_dir=self.folder / "weights", resolve=resolve)
-        self.error: str | None = None
-        """Why a background join gave up (the secret was refused, no config came); None otherwise."""
-
-    def join(self, timeout: float) -> None:
-        """Connect (retrying while the learner is unreachable, up to ``timeout`` s) and write the run's config.
-
-        Raises AuthError when the secret is refused, OSError when no learner answered in time, ValueError when
-        the learner sent no config.
-        """
-        from robot_rl.learners.roles import CONFIG_FILE
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.client.connect()
-                break
-            except (OSError, FrameError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(RECONNECT_EVERY_S)
-        config = self.client.welcome.get("config")
-        if not isinstance(config, str):
-            self.client.close()
-            raise ValueError("the learner at {}:{} sent no run config".format(*self.client.address))
-        tmp = self.folder / f".{CONFIG_FILE}.tmp"
-        tmp.write_text(config, encoding="utf-8")
-        os.replace(tmp, self.folder / CONFIG_FILE)
-
-    def join_in_background(self) -> None:
-        """:meth:`join` on a thread, retrying for as long as it takes (a robot acts alone meanwhile)."""
-        def join() -> None:
-            try:
-                self.join(float("inf"))
-            except (AuthError, ValueError) as exc:
-                self.error = f"the learner refused this actor: {exc}" if isinstance(exc, AuthError) else str(exc)
-
-        threading.Thread(target=join, name="remote-run-join", daemon=True).start()
-
-    @property
-    def number(self) -> int:
-        """The learner's run-wide number for this actor's name (after :meth:`join`)."""
-        return int(self.client.welcome.get("number", 0))
-
-    def close(self) -> None:
-        """Disconnect (unacknowledged batches stay in the outbox) and free the weights kept in memory."""
-        self.client.close()
-        if self.mirror is not None:
-            shutil.rmtree(self.mirror, ignore_errors=True)
-
-
-def actor_folder(workdir: str | Path, key: bytes) -> Path:
-    """Where an actor on another machine keeps one run's config, weights, log and outbox."""
-    return Path(workdir) / f"run-{hashlib.sha256(key).hexdigest()[:12]}"
-
-
-def weights_in_memory(folder: Path) -> Path | None:
-    """Point ``folder/weights`` at a folder in shared memory (``/dev/shm``) when the machine has one; returns it.
-
-    An actor's weights are a cache of the learner's (it sends the newest again when the actor rejoins), so
-    they need not survive a reboot; written to RAM, a 40 MB version is on hand in ~20 ms instead of the
-    ~100 ms a disk write takes.
-    """
-    shm = Path("/dev/shm")
-    link = folder / "weights"
-    if not shm.is_dir() or not os.access(shm, os.W_OK):
-        return None
-    target = shm / f"robot_rl_{hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]}"
-    target.mkdir(exist_ok=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink():
-        link.unlink()
-    elif link.exists():
-        shutil.rmtree(link)
-    link.symlink_to(target, target_is_directory=True)
-    return target

@@ -12,9 +12,7 @@ sending happens on its own thread, so acting never waits for a learner busy trai
 Run-folder rendezvous: ``learner.json`` (socket address, written atomically when the learner serves) and
 ``learner.key`` (the HMAC key, mode 0600, kept across restarts so actors reconnect to a restarted learner).
 
-Weights go through a folder: :class:`WeightsPublisher` writes ``v<N>/`` into a temp folder and renames
-it into place (atomic), so a reader never sees half a checkpoint; :class:`WeightsWatcher` finds the newest.
-No torch import here.
+Weights go through a folder (:mod:`robot_rl.runtime.weights`, re-exported here). No torch import here.
 """
 
 from __future__ import annotations
@@ -22,30 +20,31 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import secrets
-import shutil
 import socket
 import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection, Listener, wait
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
-
-from safetensors import SafetensorError
+from typing import Any, Protocol
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
+from robot_rl.fleet.reconnect import RECONNECT_EVERY_S, Reconnect  # noqa: F401  (RECONNECT_EVERY_S: re-exported)
 from robot_rl.learners.buffers import decode_transitions, encode_transitions
-
-T = TypeVar("T")
+from robot_rl.runtime.weights import (  # noqa: F401  (re-exported: the weights moved below the runtime)
+    VERSION_DIR,
+    WeightsFollower,
+    WeightsPublisher,
+    WeightsWatcher,
+    list_versions,
+)
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Largest accepted transition batch (a corrupt length header must not allocate gigabytes)."""
-VERSION_DIR = re.compile(r"^v(\d+)$")
 
 
 class TransitionSender(Protocol):
@@ -145,8 +144,6 @@ class SocketTransitionServer:
 # ---------------------------------------------------------------------------- rendezvous
 MAX_SOCKET_PATH = 100
 """AF_UNIX paths longer than ~107 bytes are refused by the OS; longer run folders use a /tmp name."""
-RECONNECT_EVERY_S = 0.5
-"""How often an actor whose learner is away tries again."""
 
 
 def socket_address(run: Path) -> str:
@@ -235,21 +232,15 @@ class ReconnectingSender:
         """Steps dropped because the queue was full while the learner was away."""
         self.reconnects = 0
         self._client: SocketTransitionClient | None = None
-        self._next_try = 0.0
+        self._retry = Reconnect(self._open, (OSError, EOFError, TimeoutError, ValueError, KeyError))
+
+    def _open(self) -> None:
+        address, key = read_connection(self.run, timeout=0.0)
+        self._client = SocketTransitionClient(address, key)
+        self.reconnects += 1
 
     def _connect(self) -> bool:
-        if self._client is not None:
-            return True
-        if time.monotonic() < self._next_try:
-            return False
-        self._next_try = time.monotonic() + RECONNECT_EVERY_S
-        try:
-            address, key = read_connection(self.run, timeout=0.0)
-            self._client = SocketTransitionClient(address, key)
-        except (OSError, EOFError, TimeoutError, ValueError, KeyError):
-            return False
-        self.reconnects += 1
-        return True
+        return self._client is not None or self._retry.attempt()
 
     @property
     def queued(self) -> int:
@@ -417,97 +408,3 @@ class BatchingSender:
         if self.pending:
             self.sender.send(self.pending)
             self.pending = []
-
-
-# ---------------------------------------------------------------------------- weights
-def list_versions(folder: str | Path, marker: str = "policy.json") -> list[tuple[int, Path]]:
-    """Complete ``v<N>/`` folders (those holding ``marker``), oldest first."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir()
-             if (m := VERSION_DIR.match(p.name)) and (p / marker).is_file()]
-    return sorted(found)
-
-
-class WeightsPublisher:
-    """Writes numbered weight folders ``v<N>/`` atomically and keeps the newest ``keep``."""
-
-    def __init__(self, folder: str | Path, keep: int = 3, marker: str = "policy.json") -> None:
-        if keep < 1:
-            raise ValueError(f"keep: must be >= 1, got {keep}")
-        self.folder, self.keep, self.marker = Path(folder), keep, marker
-        self.folder.mkdir(parents=True, exist_ok=True)
-        versions = list_versions(self.folder, marker)
-        self.version = versions[-1][0] if versions else 0
-        """Latest published version (a restarted learner continues the numbering)."""
-
-    def publish(self, write: Callable[[Path, int], Any]) -> int:
-        """Call ``write(tmp_folder, version)`` and move the result to ``v<version>/``; returns the version."""
-        version = self.version + 1
-        tmp = self.folder / f".v{version}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
-            write(tmp, version)
-            if not (tmp / self.marker).is_file():
-                raise FileNotFoundError(f"the writer left no {self.marker} in {tmp}")
-            os.replace(tmp, self.folder / f"v{version}")
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        self.version = version
-        for _, old in list_versions(self.folder, self.marker)[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        return version
-
-    def publish_policy(self, policy: Any) -> int:
-        """Publish a :class:`robot_rl.policies.base.Policy` (its ``version`` is set to the new number)."""
-        def write(tmp: Path, version: int) -> None:
-            policy.version = version
-            policy.save(tmp)
-        return self.publish(write)
-
-
-class WeightsWatcher:
-    """Actor side: reports a newer complete ``v<N>/`` folder once."""
-
-    def __init__(self, folder: str | Path, current: int = 0, marker: str = "policy.json") -> None:
-        self.folder, self.current, self.marker = Path(folder), int(current), marker
-
-    def poll(self) -> tuple[int, Path] | None:
-        """(version, folder) of the newest version above the current one, or None."""
-        versions = list_versions(self.folder, self.marker)
-        if versions and versions[-1][0] > self.current:
-            self.current = versions[-1][0]
-            return versions[-1]
-        return None
-
-
-class WeightsFollower(Generic[T]):
-    """Actor side: the newest published version, loaded by ``load``; one that fails to load is refused.
-
-    A refused version (pruned while being read, half-copied, corrupt, made for another base) is kept in
-    :attr:`refused` with the reason, and the caller keeps what it runs now.
-    """
-
-    LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError)
-    """What a broken folder raises while loading (SpecError and CheckpointError are ValueErrors)."""
-
-    def __init__(self, folder: str | Path, marker: str, load: Callable[[Path], T]) -> None:
-        self.watcher = WeightsWatcher(folder, marker=marker)
-        self.load = load
-        self.refused: dict[int, str] = {}
-        """Versions that could not be loaded, with the reason."""
-
-    def poll(self) -> T | None:
-        """The newly published version, loaded; None when there is none or it was refused."""
-        found = self.watcher.poll()
-        if found is None:
-            return None
-        version, folder = found
-        try:
-            return self.load(folder)
-        except self.LOAD_ERRORS as exc:
-            self.refused[version] = str(exc)
-            return None

@@ -11,32 +11,36 @@ and are kept until the learner's checkpoint holds them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from rclpy.node import Node
 from std_msgs.msg import Bool, Float64, String
 
 from robot_rl.learners.transport import BatchingSender, local_sender
 from robot_rl.ros.qos import EVENTS, LATCHED
-from robot_rl.runtime.step_stream import StepStream
-
-if TYPE_CHECKING:
-    from robot_rl.ros.policy_node import PolicyNode
+from robot_rl.runtime.step_stream import Relabel, StepStream
 
 
 class StreamingActor:
-    """Ticks of a :class:`PolicyNode` -> transitions -> the learner of a run folder."""
+    """Ticks of a policy node -> transitions -> the learner of a run folder.
 
-    def __init__(self, node: PolicyNode, run: Path, sender: Any = None) -> None:
-        self.node = node
-        self.stream = StepStream(node.adapter.relabel)
+    ``relabel``: the node's action adapter's relabelling of the human's motion; ``version``: what acts now;
+    ``observation``: the node's current observation (None while an input is missing).
+    """
+
+    def __init__(self, node: Node, run: Path, sender: Any, relabel: Relabel, version: Callable[[], int],
+                 send_every: int, observation: Callable[[], dict[str, np.ndarray] | None]) -> None:
+        self.node, self.observation = node, observation
+        self.stream = StepStream(relabel)
         if sender is not None:
-            sender.version = lambda: node.version
+            sender.version = version
         self.sender = sender if sender is not None else local_sender(run)
         """A TcpActorClient to a learner on another machine, or the run folder's learner fed from a thread of
         its own: a control tick never waits for a learner that is busy training."""
-        self.batches = BatchingSender(self.sender, node.config.send_every)
+        self.batches = BatchingSender(self.sender, send_every)
         self.human, self.human_gripper = False, 1.0
         self.last_action: np.ndarray | None = None
         self.last_base: np.ndarray | None = None
@@ -65,7 +69,7 @@ class StreamingActor:
             self.batches.add(t)
 
     def _on_event(self, msg: String) -> None:
-        event, obs = msg.data.strip().lower(), self.node.sources.observation()
+        event, obs = msg.data.strip().lower(), self.observation()
         if event == "rerecord":
             self.stream.discard_episode()
         elif event in ("success", "failure") and obs is not None:

@@ -20,7 +20,7 @@ Pure core: numpy and the robot modules only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -277,3 +277,32 @@ def make_adapter(mode: str | ControlMode, robot: str, rate_hz: float) -> ActionA
 __all__ = ["ALIASES", "MAX_BODY_RATE", "ActionAdapter", "CartesianDelta", "CartesianPose",
            "Command", "JointPosition", "JointPositionMap", "ThrustBodyRates", "control_mode",
            "gripper_opening", "joint_position_map", "make_adapter", "thrust_body_rates"]
+
+
+class LastActionFeedback:
+    """The previous action as an observation (``last_action``), as the env reports it to a policy that reads it.
+
+    The robot's module says what that is: its ``rest_action(mode)`` before the first step, then each applied
+    action clipped by its ``clip_action(mode, action)`` (the Crazyflie's). :meth:`of` gives None for a policy
+    without ``last_action`` or a robot whose module has no rest action.
+    """
+
+    KEY = "last_action"
+
+    def __init__(self, robot: str, mode: ControlMode) -> None:
+        self.module, self.mode = robot_module(robot), mode
+
+    @classmethod
+    def of(cls, robot: str, mode: ControlMode, state_keys: Collection[str]) -> LastActionFeedback | None:
+        """The feedback of ``robot`` when a policy with these state keys reads it, else None."""
+        if cls.KEY not in state_keys or not hasattr(robot_module(robot), "rest_action"):
+            return None
+        return cls(robot, mode)
+
+    def initial(self) -> np.ndarray:
+        """The action before the first step: the robot's rest action."""
+        return np.asarray(self.module.rest_action(self.mode), np.float32)
+
+    def applied(self, action: np.ndarray) -> np.ndarray:
+        """What the robot applied of ``action`` (clipped to its range)."""
+        return np.asarray(self.module.clip_action(self.mode, np.asarray(action)), np.float32)

@@ -8,8 +8,8 @@ actions. Running it on a robot or in an env needs more, the same everywhere:
   joins consecutive chunks smoothly;
 * the device it computes on (``device="auto"``: CUDA when present), observations and actions staying numpy;
 * optionally, the starting noise of each chunk from a ``noise_source`` (DSRL steers a frozen policy this
-  way, robot_rl.learners.dsrl_online); None from it, or no source, means the policy's own Gaussian draw;
-* new weights from a learner's ``weights/v<N>/`` folder (:class:`~robot_rl.learners.transport.WeightsWatcher`),
+  way, robot_rl.learners.algorithms.dsrl_online); None from it, or no source, means the policy's own Gaussian draw;
+* new weights from a learner's ``weights/v<N>/`` folder (:class:`~robot_rl.runtime.weights.WeightsWatcher`),
   checked when found and applied only between chunks, so a chunk never mixes two versions; a refused
   folder leaves the running weights acting and is not retried.
 
@@ -34,9 +34,9 @@ import torch
 
 from robot_rl.core.device import resolve_device
 from robot_rl.core.spaces import SpecError
-from robot_rl.learners.transport import WeightsWatcher
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.policies.chunking import ChunkExecutor
+from robot_rl.runtime.weights import WeightsWatcher
 
 
 class PolicyRunner:

@@ -12,7 +12,13 @@ from typing import Any
 
 import gymnasium as gym
 
-from robot_rl.learners.residual import MARKER, ResidualActorWeights, ResidualAgent, ResidualAlgorithm, ResidualConfig
+from robot_rl.learners.algorithms.residual import (
+    MARKER,
+    ResidualActorWeights,
+    ResidualAgent,
+    ResidualAlgorithm,
+    ResidualConfig,
+)
 from robot_rl.learners.transport import WeightsPublisher, list_versions
 from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts import expert_for

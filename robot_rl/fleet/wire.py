@@ -28,6 +28,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
+CONFIG_FILE = "online.yaml"
+"""The run folder's config, written by whoever starts the run and read by every role (and sent to TCP actors)."""
+
 MAGIC = b"RRL1"
 PREFIX = struct.Struct("!4sII")
 """Magic, header length, payload length."""
@@ -229,3 +232,15 @@ def unpack_weights(header: dict[str, Any], payload: bytes, root: str | Path, kee
     for _, old in versions[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def read_secret(path: str | Path) -> bytes:
+    """The run's shared secret from a copy of its ``learner.key`` (hex), e.g. on a robot."""
+    text = Path(path).read_text(encoding="ascii").strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a learner key (hex)") from exc
+    if len(key) < 16:
+        raise ValueError(f"{path}: a key of {len(key)} bytes is too short")
+    return key

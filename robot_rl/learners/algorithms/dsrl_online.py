@@ -34,7 +34,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,17 +43,15 @@ from safetensors.torch import load_file, save_file
 from robot_rl.core.config import config_to_dict
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
+from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.dsrl import META_FILE, DSRLConfig, DSRLLearner, policy_fingerprint
-from robot_rl.learners.off_policy import OffPolicyAlgorithm, OffPolicyConfig
+from robot_rl.learners.off_policy import OffPolicyAlgorithm, OffPolicyConfig, TaskReward
 from robot_rl.learners.sac_rlpd import GaussianActor
-from robot_rl.learners.transport import WeightsFollower
 from robot_rl.policies.base import Policy
 from robot_rl.policies.chunking import ExecutorConfig
 from robot_rl.runtime.policy_runner import PolicyRunner
-
-if TYPE_CHECKING:
-    from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.runtime.weights import WeightsFollower
 
 MARKER = "noise_actor.json"
 """The file that marks a complete published ``weights/v<N>/`` noise actor."""
@@ -396,14 +394,14 @@ class DSRLAlgorithm(OffPolicyAlgorithm):
 
 
 # ------------------------------------------------------------------------------------------ runner entry points
-def _base(cfg: OnlineConfig) -> Policy:
+def _base(cfg: RunSettings) -> Policy:
     if not cfg.policy:
         raise ValueError("learner.algorithm: dsrl steers the run's 'policy' checkpoint (a flow / diffusion "
                          "policy); give --policy")
     return Policy.load(cfg.policy)
 
 
-def make_dsrl_agent(cfg: OnlineConfig, run: Path) -> DSRLAgent:
+def make_dsrl_agent(cfg: RunSettings, run: Path) -> DSRLAgent:
     """The actor's agent of a DSRL run: the frozen ``cfg.policy`` steered by the published noise actors."""
     dc = cfg.learner.dsrl
     return DSRLAgent(_base(cfg), weights_dir=Path(run) / "weights", deterministic=not dc.explore,
@@ -411,7 +409,7 @@ def make_dsrl_agent(cfg: OnlineConfig, run: Path) -> DSRLAgent:
                      device=cfg.actor.device)
 
 
-def make_dsrl_algorithm(cfg: OnlineConfig, checkpoint: Path) -> DSRLAlgorithm:
+def make_dsrl_algorithm(cfg: RunSettings, checkpoint: Path) -> DSRLAlgorithm:
     """The learner's side of a DSRL run (resumed from ``checkpoint`` when it holds one)."""
     lc, dc = cfg.learner, cfg.learner.dsrl
     torch.manual_seed(dc.seed)
@@ -420,3 +418,20 @@ def make_dsrl_algorithm(cfg: OnlineConfig, checkpoint: Path) -> DSRLAlgorithm:
     if lc.demos:
         algorithm.load_demonstrations(lc.demos, cfg.actor.env_id)
     return algorithm
+
+
+def _agent(cfg: RunSettings, env: Any, run: Path) -> tuple[Any, Any, Any]:
+    return TaskReward.of(env, cfg.learner.dsrl), make_dsrl_agent(cfg, run), None
+
+
+def _evaluation_agent(cfg: RunSettings, folder: Path, env: Any) -> DSRLAgent:
+    """The run's frozen policy steered by the published noise actor at its mean."""
+    latent = cfg.learner.dsrl.latent
+    return DSRLAgent(Policy.load(cfg.policy), deterministic=True, action_steps=latent.action_steps,
+                     num_steps=latent.num_steps, device=cfg.actor.device, noise_actor=NoiseActorWeights.load(folder))
+
+
+ALGORITHM = register(OnlineAlgorithm(
+    name="dsrl", config=DSRLRunConfig, make_learner=make_dsrl_algorithm, make_agent=_agent,
+    evaluation_agent=_evaluation_agent, marker=MARKER, module=__name__))
+"""``learner.algorithm: dsrl``: SAC in the frozen flow / diffusion policy's noise space."""

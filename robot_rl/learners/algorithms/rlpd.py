@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from robot_rl.learners.off_policy import OffPolicyConfig
-from robot_rl.learners.sac_online import SACAlgorithm
+from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
+from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward
+from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent, SACAlgorithm
 from robot_rl.learners.sac_rlpd import SACConfig
 
 
@@ -42,3 +44,36 @@ class RLPDAlgorithm(SACAlgorithm):
         super().__init__(cfg, cfg.sac, cfg.state_keys, 0.0, checkpoint, capacity, update_to_data,
                          updates_per_cycle, device)
         self.cfg = cfg
+
+
+def _learner(cfg: RunSettings, checkpoint: Path) -> RLPDAlgorithm:
+    import torch
+
+    lc = cfg.learner
+    torch.manual_seed(lc.rlpd.seed)
+    rlpd = RLPDAlgorithm(lc.rlpd, checkpoint, lc.capacity, lc.update_to_data, lc.updates_per_cycle, device=lc.device)
+    if lc.demos:
+        rlpd.load_demonstrations(lc.demos, cfg.actor.env_id)
+    return rlpd
+
+
+def _agent(cfg: RunSettings, env: Any, run: Path) -> tuple[Any, Any, Any]:
+    """A SAC agent alone (no base) following the published actors."""
+    import numpy as np
+
+    rc = cfg.learner.rlpd
+    dim = int(np.prod(env.action_space.shape or (1,)))
+    return TaskReward.of(env, rc), SACAgent(None, run / "weights", not rc.explore, action_dim=dim,
+                                            seed=cfg.actor.seed), None
+
+
+def _evaluation_agent(cfg: RunSettings, folder: Path, env: Any) -> SACAgent:
+    """The published SAC actor at its mean."""
+    weights = ActorWeights.load(folder)
+    return SACAgent(None, deterministic=True, actor=weights, action_dim=weights.action_dim)
+
+
+ALGORITHM = register(OnlineAlgorithm(
+    name="rlpd", config=RLPDConfig, make_learner=_learner, make_agent=_agent, evaluation_agent=_evaluation_agent,
+    marker=MARKER, needs_policy=lambda cfg: False, module=__name__))
+"""``learner.algorithm: rlpd``: SAC from scratch; needs no policy (and no graph actor runs it)."""

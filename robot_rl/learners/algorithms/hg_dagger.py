@@ -17,6 +17,7 @@ and restored with the learner (no pickle).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,10 @@ import torch
 from robot_rl.core.device import resolve_device, to_device
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
+from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.buffers import ReplayBuffer
-from robot_rl.policies.base import Policy
+from robot_rl.policies.base import CheckpointError, Policy
+from robot_rl.training.checkpoint import load_training_state, save_training_state
 from robot_rl.training.dataset import ChunkDataset
 from robot_rl.training.labels import label_columns
 from robot_rl.training.loop import Ema
@@ -217,3 +220,128 @@ class HGDAggerLearner:
         self.interventions = ReplayBuffer.load(Path(folder) / "interventions", capacity=self.config.capacity)
         self._dataset = None
 
+
+
+MARKER = "policy.json"
+"""File that marks a complete published policy folder."""
+
+
+class HGDAggerAlgorithm:
+    """HG-DAgger in the online loop: fine-tunes the policy itself on human-gated segments plus demos."""
+
+    marker = MARKER
+
+    def __init__(self, cfg: RunSettings, checkpoint: Path) -> None:
+        lc = cfg.learner
+        self.lc, self.ckpt = lc, checkpoint
+        torch.manual_seed(lc.hg_dagger.seed)
+        state = self.ckpt / "state"
+        policy = Policy.load(state if (state / "train_state.json").is_file() else cfg.policy)
+        demos = None
+        if lc.demos:
+            pc = policy.config
+            demos = ChunkDataset.from_store(lc.demos, pc.state_keys, pc.image_keys, pc.n_obs_steps, pc.horizon,
+                                            aux_keys=pc.aux_keys)
+        self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos, device=lc.device)
+        self.steps = ReplayBuffer(lc.capacity)
+        self.updates = 0
+        self.failure: str | None = None
+        self.resumed_from: dict[str, int] | None = None
+        if (state / "train_state.json").is_file():
+            meta = load_training_state(state, policy, self.learner.ema, self.learner.optimizer)
+            self.updates = int(meta["step"])
+            self.learner.restore_interventions(self.ckpt)
+            self.steps = ReplayBuffer.load(self.ckpt / "steps", capacity=lc.capacity)
+            self.resumed_from = {"updates": self.updates, "steps": self.steps.total_added,
+                                 "human_steps": self.learner.interventions.total_added}
+
+    @property
+    def interventions(self) -> ReplayBuffer:
+        """The human-controlled steps HG-DAgger trains on."""
+        return self.learner.interventions
+
+    @property
+    def human_steps(self) -> int:
+        """Human-controlled steps received (its demonstrations live apart, in a ChunkDataset)."""
+        return self.learner.interventions.total_added
+
+    def add(self, transitions: Sequence[Transition]) -> None:
+        """Keep every step; HG-DAgger keeps the human ones."""
+        if transitions:
+            self.steps.extend(transitions)
+            self.learner.add_rollout(list(transitions))
+
+    def held(self) -> list[Transition]:
+        """None: every step goes straight into the buffers."""
+        return []
+
+    def updates_owed(self) -> int:
+        """0 until enough human data, then what the update-to-data ratio allows beyond the updates done."""
+        lc = self.lc
+        if self.learner.num_intervention_steps < max(1, lc.min_intervention_steps):
+            return 0
+        return max(0, int(lc.update_to_data * self.steps.total_added) - self.updates)
+
+    def train_allowed(self) -> int:
+        """:meth:`updates_owed`, at most ``updates_per_cycle``."""
+        return min(self.lc.updates_per_cycle, self.updates_owed())
+
+    def update(self, n: int) -> dict[str, float]:
+        """``n`` behaviour-cloning steps."""
+        metrics = self.learner.update(n)
+        self.updates += n
+        return metrics
+
+    def can_publish(self) -> bool:
+        """Always: the policy is usable from the start."""
+        return True
+
+    def publish(self, folder: Path, version: int) -> None:
+        """The published policy (the weights' moving average), stamped with ``version``."""
+        published = self.learner.published
+        published.version = version
+        published.save(folder)
+
+    def checkpoint(self) -> None:
+        """Buffers first (append-only), then the state that names their counts (atomic swap)."""
+        self.steps.save(self.ckpt / "steps")
+        self.learner.interventions.save(self.ckpt / "interventions")
+        save_training_state(self.ckpt / "state", self.learner.policy, self.learner.ema, self.learner.optimizer,
+                            self.updates,
+                            {"steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added})
+
+
+def latest_policy(weights: Path, timeout: float = 120.0) -> tuple[Policy, int]:
+    """The newest published policy of ``weights`` (waits up to ``timeout`` for a first one) and its version."""
+    from robot_rl.runtime.weights import list_versions
+
+    deadline = time.monotonic() + timeout
+    while True:
+        versions = list_versions(weights)
+        if versions:
+            version, folder = versions[-1]
+            try:
+                return Policy.load(folder), version
+            except (CheckpointError, FileNotFoundError):  # pruned between listing and loading
+                pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{weights}: no published weights within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def _agent(cfg: RunSettings, env: Any, run: Path) -> tuple[Any, Any, Any]:
+    """A PolicyRunner over the newest published policy (new versions swap in between chunks)."""
+    from robot_rl.runtime.policy_runner import PolicyRunner
+
+    policy, _ = latest_policy(run / "weights")
+    return env, PolicyRunner(policy, weights_dir=run / "weights", device=cfg.actor.device), None
+
+
+def _evaluation_agent(cfg: RunSettings, folder: Path, env: Any) -> Any:
+    return Policy.load(folder)
+
+
+ALGORITHM = register(OnlineAlgorithm(
+    name="hg_dagger", config=HGDAggerConfig, make_learner=HGDAggerAlgorithm, make_agent=_agent,
+    evaluation_agent=_evaluation_agent, marker=MARKER, streams=True, module=__name__))
+"""``learner.algorithm: hg_dagger``: the policy itself fine-tuned; a graph actor's runner swaps its versions in."""
