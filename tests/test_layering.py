@@ -38,19 +38,6 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 )
 """The layers, lowest first: a package may import its own floor and those below, never one above."""
 
-# Known offenders another branch of issue 34 removes (the learners/ROS refactor); the merger empties these.
-# Each entry is allowed to break the floor/circle checks below and nothing else.
-ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
-    ("robot_rl.runtime.policy_runner", "robot_rl.learners.transport"),  # the runtime reaches up into learners
-})
-"""(importing module, imported module) pairs allowed to point to a higher floor."""
-ALLOWED_CIRCLES: frozenset[frozenset[str]] = frozenset({
-    frozenset({"robot_rl.learners.dsrl_online", "robot_rl.learners.online_config"}),
-    frozenset({"robot_rl.learners.actor_process", "robot_rl.learners.learner_process", "robot_rl.learners.roles",
-               "robot_rl.learners.tcp_transport"}),
-    frozenset({"robot_rl.ros.policy_node", "robot_rl.ros.streaming_actor"}),
-})
-"""Module circles allowed (exactly these sets of modules)."""
 
 
 @dataclass(frozen=True)
@@ -261,34 +248,23 @@ def test_every_import_respects_the_floors() -> None:
         low, high = _package(module), _package(target)
         if low not in FLOOR_OF or high not in FLOOR_OF:
             offenders.append(f"{where}: {module} -> {target} (package without a floor)")
-        elif FLOOR_OF[high] > FLOOR_OF[low] and (module, target) not in ALLOWED_UPWARD:
+        elif FLOOR_OF[high] > FLOOR_OF[low]:
             offenders.append(f"{where}: {module} ({low}) -> {target} ({high}, a higher floor)")
     assert not offenders, "imports of higher floors:\n" + "\n".join(offenders)
-
-
-def test_the_allow_lists_hold_only_live_offenders() -> None:
-    """An allow-list entry that no longer offends must go, so the lists only shrink."""
-    stale = [f"{a} -> {b}" for a, b in ALLOWED_UPWARD if (a, b) not in EDGES]
-    graph: dict[str, set[str]] = {}
-    for a, b in EDGES:
-        graph.setdefault(a, set()).add(b)
-    live = {frozenset(c) for c in _circles(graph)}
-    stale += [str(sorted(c)) for c in ALLOWED_CIRCLES - live]
-    assert not stale, "allow-list entries that no longer apply:\n" + "\n".join(stale)
 
 
 def test_no_import_circle_between_modules() -> None:
     graph: dict[str, set[str]] = {}
     for a, b in EDGES:
         graph.setdefault(a, set()).add(b)
-    circles = [sorted(c) for c in _circles(graph) if frozenset(c) not in ALLOWED_CIRCLES]
+    circles = [sorted(c) for c in _circles(graph)]
     assert not circles, "module import circles:\n" + "\n".join(map(str, circles))
 
 
 def test_no_import_circle_between_packages() -> None:
     graph: dict[str, set[str]] = {}
     for a, b in EDGES:
-        if _package(a) != _package(b) and (a, b) not in ALLOWED_UPWARD:
+        if _package(a) != _package(b):
             graph.setdefault(_package(a), set()).add(_package(b))
     circles = [sorted(c) for c in _circles(graph)]
     where = {(_package(a), _package(b)): f"{w}: {a} -> {b}" for (a, b), w in EDGES.items()
