@@ -21,7 +21,7 @@ from pathlib import Path
 
 from robot_rl.learners.off_policy import OffPolicyConfig
 from robot_rl.learners.sac_online import SACAlgorithm
-from robot_rl.learners.sac_rlpd import SACConfig
+from robot_rl.learners.sac_rlpd import SACLearnerConfig
 
 
 @dataclass
@@ -30,7 +30,7 @@ class RLPDConfig(OffPolicyConfig):
 
     state_keys: list[str] = field(default_factory=list)
     """Observation keys the actor and critics see; empty: every 1-D float key of the first step, sorted."""
-    sac: SACConfig = field(default_factory=SACConfig)
+    sac: SACLearnerConfig = field(default_factory=SACLearnerConfig)
     """SAC settings (RLPD's: 10 critics, 2 in the target, UTD ratio in ``utd_ratio``)."""
 
 
