@@ -25,7 +25,7 @@ from torch import nn
 
 from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import ReplayBuffer
-from robot_rl.learners.sac_rlpd import CriticEnsemble
+from robot_rl.learners.sac import CriticEnsemble
 from robot_rl.learners.transport import SocketTransitionClient, SocketTransitionServer
 
 

@@ -119,9 +119,9 @@ def main() -> None:
         f = s["final"]
         hit = s["first_target"]
         to = f"{hit['wall_s']:.1f} / {hit['steps']:.0f}" if hit else "not reached"
-        n = len(json.loads((out / "eval.json").read_text())["success"])
+        n = len(json.loads((out / "eval.json").read_text())["successes"])
         row = (f"| {args.run} | {seed} | {s['command_wall_s']:.1f} | {to} | {s['steps']} | {s['steps_per_s']:.0f} | "
-               f"{round(f['success_rate'] * n)}/{n}, {round(f['crash_rate'] * n)}, "
+               f"{round(f['success_at_last_step'] * n)}/{n}, {round(f['crash_rate'] * n)}, "
                f"{cm(f['error_mean'])} / {cm(f['error_max'])} ({cm(f.get('tracking_error'))}) | "
                f"{d['success']}/{d['episodes']}, {d['crashes']}, {cm(d['error_mean'])} / {cm(d['error_max'])} |")
         print(row, flush=True)

@@ -22,7 +22,7 @@ from robot_rl.core.device import DeviceError, check_device_name, resolve_device,
 from robot_rl.learners.algorithms.hg_dagger import HGDAggerConfig, HGDAggerLearner
 from robot_rl.learners.online_config import ActorConfig, LearnerConfig, OnlineConfig
 from robot_rl.learners.reward_classifier import RewardClassifier, RewardClassifierConfig
-from robot_rl.learners.sac_rlpd import SACConfig, SACLearner
+from robot_rl.learners.sac_rlpd import SACLearner, SACLearnerConfig
 from robot_rl.policies import get_policy_class
 from robot_rl.policies.base import Policy
 from robot_rl.training import loop
@@ -139,7 +139,7 @@ def test_unknown_device_names_are_rejected(name: str) -> None:
     (TrainConfig, {"device": "gpu"}),
     (OnlineConfig, {"learner": {"device": "gpu"}}),
     (OnlineConfig, {"actor": {"device": "gpu"}}),
-    (SACConfig, {"state_keys": ["pos"], "device": "gpu"}),
+    (SACLearnerConfig, {"state_keys": ["pos"], "device": "gpu"}),
     (RewardClassifierConfig, {"device": "gpu"}),
 ])
 def test_configs_reject_a_bad_device(cls: type, source: dict[str, Any]) -> None:
@@ -331,7 +331,7 @@ def test_gpu_hg_dagger_learner_step_on_cuda(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_gpu_sac_and_reward_classifier_on_cuda(tmp_path: Path) -> None:
-    sac = SACLearner(SACConfig(state_keys=["pos"], hidden=32, num_critics=4, device="cuda"), {"pos": 2}, 2)
+    sac = SACLearner(SACLearnerConfig(state_keys=["pos"], hidden=32, num_critics=4, device="cuda"), {"pos": 2}, 2)
     rng = np.random.default_rng(0)
     batch = {"obs.pos": rng.normal(size=(32, 2)).astype(np.float32),
              "next_obs.pos": rng.normal(size=(32, 2)).astype(np.float32),

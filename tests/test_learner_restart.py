@@ -13,7 +13,7 @@ import numpy as np
 
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.learners.buffers import ReplayBuffer, mixed_sample, route
-from robot_rl.learners.sac_rlpd import SACConfig, SACLearner
+from robot_rl.learners.sac_rlpd import SACLearner, SACLearnerConfig
 
 
 def step(i: int) -> Transition:
@@ -33,7 +33,7 @@ def learner_process(folder: str, start: int) -> None:
         learner = SACLearner.load(root / "learner")
         online, demo = ReplayBuffer.load(root / "online"), ReplayBuffer.load(root / "demo")
     else:
-        learner = SACLearner(SACConfig(state_keys=["x", "goal"], hidden=32, num_critics=2, batch_size=16),
+        learner = SACLearner(SACLearnerConfig(state_keys=["x", "goal"], hidden=32, num_critics=2, batch_size=16),
                              {"x": 1, "goal": 1}, 1)
         online, demo = ReplayBuffer(10_000), ReplayBuffer(10_000)
     rng = np.random.default_rng(0)

@@ -25,14 +25,14 @@ from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward, demo_trans
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent
-from robot_rl.learners.sac_rlpd import SACConfig
+from robot_rl.learners.sac_rlpd import SACLearnerConfig
 from robot_rl.learners.task_success import observed_success, pick_lift_success
 from robot_rl.learners.transport import list_versions
 from robot_rl.runtime.episode import run_episode
 from robot_rl.sim.experts import expert_for
 
 PICK = "robot_rl/ArmPickLift-v0"
-SMALL = SACConfig(hidden=32, num_critics=2, batch_size=32, utd_ratio=1, device="cpu")
+SMALL = SACLearnerConfig(hidden=32, num_critics=2, batch_size=32, utd_ratio=1, device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +158,7 @@ def test_takeover_penalty_and_habc_credit_reward_what_the_policy_executed(credit
 def test_critic_warmup_keeps_the_actor_still_and_residual_critics_see_the_base(tmp_path: Path) -> None:
     env = gym.make(PICK)
     out = run_episode(env, expert_for(env), 0, seed=1, base_agent=expert_for(env), keep=True, max_steps=40)
-    sac = SACConfig(hidden=32, num_critics=2, batch_size=32, utd_ratio=1, actor_delay=5, residual_penalty=1.0)
+    sac = SACLearnerConfig(hidden=32, num_critics=2, batch_size=32, utd_ratio=1, actor_delay=5, residual_penalty=1.0)
     algo = ResidualAlgorithm(ResidualConfig(base="expert", warmup_steps=0, sac=sac), tmp_path, 100, 1.0, 1,
                              device="cpu")
     algo.add(out.transitions)

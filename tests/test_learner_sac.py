@@ -12,7 +12,7 @@ import torch
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.learners.buffers import ReplayBuffer, mixed_sample, route
-from robot_rl.learners.sac_rlpd import SACConfig, SACLearner
+from robot_rl.learners.sac_rlpd import SACLearner, SACLearnerConfig
 
 
 class Reach1D:
@@ -59,11 +59,11 @@ def evaluate(learner: SACLearner, n: int = 20) -> float:
     return float(np.mean([rollout(env, lambda o: learner.act(o, deterministic=True), i)[1] for i in range(n)]))
 
 
-def small_config(**kw: object) -> SACConfig:
+def small_config(**kw: object) -> SACLearnerConfig:
     base = dict(state_keys=["x", "goal"], hidden=64, num_critics=5, batch_size=64, utd_ratio=4, gamma=0.9,
                 lr=1e-3, init_temperature=0.05)
     base.update(kw)
-    return SACConfig(**base)  # type: ignore[arg-type]
+    return SACLearnerConfig(**base)  # type: ignore[arg-type]
 
 
 def test_sac_rlpd_learns_1d_reach_with_interventions(tmp_path: Path) -> None:

@@ -111,16 +111,23 @@ def test_running_norm_matches_the_statistics_of_all_batches() -> None:
 
 
 def test_targets_need_every_set_criterion() -> None:
-    from robot_rl.rl.evaluate import EvalResult
+    from robot_rl.rl.curves import eval_row
     from robot_rl.rl.train import budget_spent, meets_target
+    from robot_rl.training.evaluate import EvalReport
 
-    result = EvalResult(success=[True] * 4, crashed=[False] * 4, final_error=[0.01, 0.01, 0.01, 0.03])
+    report = EvalReport("robot_rl/QuadHover-v0", successes=[True] * 4, failures=[False] * 4, returns=[0.0] * 4,
+                        lengths=[10] * 4, extra={"success_at_last_step": [1.0] * 4,
+                                                 "final_error": [0.01, 0.01, 0.01, 0.03]})
     hover = load_config(RLConfig, REPO / "config" / "rl" / "quad_hover.yaml")
-    assert meets_target(hover, result)  # target_success 1.0
+    assert meets_target(hover, eval_row(report, 0, 0.0))  # target_success 1.0
     assert not meets_target(load_config(RLConfig, REPO / "config" / "rl" / "quad_hover.yaml",
-                                        ["target_error=0.02"]), result)  # one episode ends 3 cm off
-    result.success[0] = False
-    assert not meets_target(hover, result)
-    assert not meets_target(RLConfig(), result)  # no target: never
+                                        ["target_error=0.02"]), eval_row(report, 0, 0.0))  # one ends 3 cm off
+    report.extra["success_at_last_step"][0] = 0.0  # passed the goal, did not hold it at the end
+    row = eval_row(report, 0, 0.0)
+    assert row["success_rate"] == 1.0 and row["success_at_last_step"] == 0.75
+    assert not meets_target(hover, row)  # the target reads success at the last step
+    report.failures[0] = True
+    assert eval_row(report, 0, 0.0)["crash_rate"] == 0.25  # ended by the task without success at the end
+    assert not meets_target(RLConfig(), row)  # no target: never
     assert budget_spent(hover, 1_500_000, 12.0) == pytest.approx(0.5)  # 3M steps or 60 s, the larger share
     assert budget_spent(hover, 300_000, 30.0) == pytest.approx(0.5)

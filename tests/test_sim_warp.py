@@ -134,4 +134,4 @@ def test_ppo_learns_hover_on_warp_gpu(tmp_path: Path) -> None:
                                         "vector=warp", "env_options={device: 'cuda:0'}"])
     result = train_rl(cfg, tmp_path / "run", progress=False)
     assert result.stopped == "target", result.summary()
-    assert result.final.success_rate == 1.0 and result.final.crash_rate == 0.0
+    assert result.final_row["success_at_last_step"] == 1.0 and result.final_row["crash_rate"] == 0.0

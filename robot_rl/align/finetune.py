@@ -94,9 +94,10 @@ def finetune_rl(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dic
     """PPO: pre-train ``rl_config`` in the nominal simulator once, fine-tune a copy per method."""
     from robot_rl.policies.base import Policy
     from robot_rl.rl.config import RLConfig
+    from robot_rl.rl.curves import eval_row
     from robot_rl.rl.envs import env_spec, make_vector
-    from robot_rl.rl.evaluate import evaluate_policy
     from robot_rl.rl.train import train_rl
+    from robot_rl.training.evaluate import evaluate_vector
 
     f = cfg.finetune
     pre = load_config(RLConfig, f.rl_config, list(f.overrides))
@@ -115,16 +116,16 @@ def finetune_rl(cfg: AlignConfig, run: str | Path, progress: bool = True) -> dic
     def fly_policy(policy_path: Path) -> dict[str, Any]:
         env = make_vector(real, f.eval_episodes)
         try:
-            ev = evaluate_policy(Policy.load(policy_path), env, spec, real.eval_seed, real.error_keys)
+            ev = evaluate_vector(Policy.load(policy_path), env, real_id, real.eval_seed, spec.keys, real.error_keys)
         finally:
             env.close()
-        return rl_row(ev.to_json())
+        return rl_row(eval_row(ev, 0, 0.0))
 
     results: dict[str, Any] = {"pretrained": {"real": fly_policy(pretrained / "policy")}}
     for method in f.methods:
         rl = dataclasses.replace(tune, env_options=simulator_options(cfg, run, method, tune.env_options))
         trained = train_rl(rl, Path(run) / "finetune" / method, progress=progress)
-        results[method] = {"sim": rl_row(trained.final.to_json()),
+        results[method] = {"sim": rl_row(trained.final_row),
                            "real": fly_policy(trained.policy_path), "train_seconds": trained.train_seconds,
                            "steps": trained.steps}
     return {"kind": "rl", "robot": cfg.robot, "real_env": real_id, "rl_config": f.rl_config,

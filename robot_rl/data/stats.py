@@ -1,11 +1,11 @@
 """Dataset statistics for policy normalisation in one streaming pass: mean, std, min, max, quantiles.
 
-Mean and variance use Chan's parallel update (exact, numerically stable, mergeable). Quantiles come
-from a per-dimension *dyadic histogram*: ``nbins`` bins of width 2**k on a fixed grid; when a value falls
-outside the window, pairs of bins merge (k += 1) until everything fits. No second pass and no sample
-is kept, histograms of different batches or episodes merge exactly, and a quantile is off by at most
-one bin width, i.e. below ``2 * (max - min) / (nbins - 1)`` (0.1 % of the data range for 2048 bins).
-uint8 images are counted exactly per channel (256 bins) and reported on the [0, 1] scale, with shape
+Mean and variance use Chan's parallel update (:class:`RunningMeanVar`: exact, numerically stable,
+mergeable). Quantiles come from a per-dimension *dyadic histogram*: ``nbins`` bins of width 2**k on a fixed
+grid; when a value falls outside the window, pairs of bins merge (k += 1) until everything fits. No second
+pass and no sample is kept, histograms of different batches or episodes merge exactly, and a quantile is off
+by at most one bin width, i.e. below ``2 * (max - min) / (nbins - 1)`` (0.1 % of the data range for 2048
+bins). uint8 images are counted exactly per channel (256 bins) and reported on the [0, 1] scale, with shape
 (C, 1, 1), as LeRobot does.
 """
 
@@ -114,16 +114,42 @@ class _DyadicHistogram:
         self.b0, self.k = new_b0, self.k + 1
 
 
-class RunningStats:
+class RunningMeanVar:
+    """Running count, mean and (population) variance of ``dim``-vectors, merged batch by batch.
+
+    Chan et al.'s parallel update: exact, numerically stable, mergeable. The one implementation of running
+    moments: :class:`RunningStats` (dataset statistics) and robot_rl.rl.normalization.RunningNorm (the
+    observation normaliser of RL from scratch) build on it. Before any data: mean 0, variance 1, count 0.
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.mean = np.zeros(dim, dtype=np.float64)
+        self.var = np.ones(dim, dtype=np.float64)
+        self.count = 0.0
+
+    def update(self, batch: np.ndarray) -> None:
+        """Merge the mean and variance of a (B, dim) batch (any shape with B * dim values)."""
+        x = np.asarray(batch, dtype=np.float64).reshape(-1, self.mean.shape[0])
+        if x.shape[0]:
+            self.merge_moments(x.shape[0], x.mean(axis=0), x.var(axis=0))
+
+    def merge_moments(self, n: float, mean: np.ndarray, var: np.ndarray) -> None:
+        """Merge ``n`` samples of mean ``mean`` and population variance ``var``."""
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean = self.mean + delta * n / total
+        self.var = (self.var * self.count + var * n + delta**2 * self.count * n / total) / total
+        self.count = total
+
+
+class RunningStats(RunningMeanVar):
     """Streaming statistics of one feature; update with batches (T, *shape), merge across workers."""
 
     def __init__(self, shape: Sequence[int], image: bool = False, nbins: int = 2048) -> None:
         self.shape = tuple(shape)
         self.image = image
         self.dims = self.shape[-1] if image else int(np.prod(self.shape, dtype=np.int64))
-        self.count = 0
-        self.mean = np.zeros(self.dims)
-        self.m2 = np.zeros(self.dims)
+        super().__init__(self.dims)
         self.min = np.full(self.dims, np.inf)
         self.max = np.full(self.dims, -np.inf)
         self.samples = 0  # steps seen (LeRobot's "count")
@@ -150,8 +176,7 @@ class RunningStats:
             values = batch.reshape(batch.shape[0], -1).astype(np.float64)
             for d, hist in enumerate(self._hists):
                 hist.add(values[:, d])
-        n = values.shape[0]
-        self._merge_moments(n, values.mean(axis=0), ((values - values.mean(axis=0)) ** 2).sum(axis=0))
+        super().update(values)
         self.min = np.minimum(self.min, values.min(axis=0))
         self.max = np.maximum(self.max, values.max(axis=0))
 
@@ -161,7 +186,7 @@ class RunningStats:
             raise ValueError(f"cannot merge statistics of shape {other.shape} into {self.shape}")
         if other.count == 0:
             return
-        self._merge_moments(other.count, other.mean, other.m2)
+        self.merge_moments(other.count, other.mean, other.var)
         self.min, self.max = np.minimum(self.min, other.min), np.maximum(self.max, other.max)
         self.samples += other.samples
         if self._image_counts is not None and other._image_counts is not None:
@@ -173,7 +198,7 @@ class RunningStats:
         """mean, std, min, max, count and q01/q10/q50/q90/q99 (images: (C, 1, 1) on the [0, 1] scale)."""
         if self.count == 0:
             raise ValueError("no data: statistics of an empty feature")
-        out = {"mean": self.mean.copy(), "std": np.sqrt(self.m2 / self.count), "min": self.min.copy(),
+        out = {"mean": self.mean.copy(), "std": np.sqrt(self.var), "min": self.min.copy(),
                "max": self.max.copy()}
         for name, q in QUANTILES.items():
             out[name] = np.array([self._quantile(d, q) for d in range(self.dims)])
@@ -186,13 +211,6 @@ class RunningStats:
             cum = np.cumsum(self._image_counts[d])
             return float(np.searchsorted(cum, q * cum[-1], side="left")) / 255.0
         return self._hists[d].quantile(q, float(self.min[d]), float(self.max[d]))
-
-    def _merge_moments(self, n: int, mean: np.ndarray, m2: np.ndarray) -> None:
-        total = self.count + n
-        delta = mean - self.mean
-        self.mean = self.mean + delta * (n / total)
-        self.m2 = self.m2 + m2 + delta**2 * (self.count * n / total)
-        self.count = total
 
 
 def compute_stats(batches: Iterable[Mapping[str, np.ndarray]], image_keys: Iterable[str] = ()) -> dict[str, Any]:

@@ -158,8 +158,12 @@ def decode_transitions(data: bytes) -> list[Transition]:
     return columns_to_transitions(cols)
 
 
-class ReplayBuffer:
-    """Fixed-capacity FIFO of transitions stored as columns; the layout comes from the first transition."""
+class ColumnRing:
+    """Fixed-capacity FIFO of named columns (rows of any shape and dtype); the layout comes from the first rows.
+
+    The storage of :class:`ReplayBuffer`; ``robot-rl rl train``'s SAC (robot_rl.rl.sac) keeps its flat
+    vector-env steps in one directly.
+    """
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -167,13 +171,7 @@ class ReplayBuffer:
         self.capacity = int(capacity)
         self.columns: dict[str, np.ndarray] = {}
         self.total_added = 0
-        """Transitions ever added (the next one gets global index ``total_added``)."""
-        self.balance_tasks = False
-        """Sample every task equally (a fleet's learner sets it when ``fleet.tasks`` names several)."""
-        self._task_rows: tuple[int, list[np.ndarray]] | None = None
-        """(total_added when computed, storage positions of each task): kept until rows are added, so the many
-        batches drawn between two receives do not each scan the whole buffer."""
-        self._saved_upto = 0
+        """Rows ever added (the next one gets global index ``total_added``)."""
 
     def __len__(self) -> int:
         return min(self.total_added, self.capacity)
@@ -183,19 +181,12 @@ class ReplayBuffer:
         """Column name -> (per-row shape, dtype name)."""
         return {k: (v.shape[1:], v.dtype.name) for k, v in self.columns.items()}
 
-    def add(self, transition: Transition) -> None:
-        """Append one transition (the oldest is dropped when full)."""
-        self.extend([transition])
+    def append_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """Append rows given as columns of one length (the oldest rows are dropped when full).
 
-    def extend(self, transitions: Sequence[Transition]) -> None:
-        """Append transitions; all must share the buffer's observation fields, shapes and dtypes."""
-        if transitions:
-            self._append_columns(transitions_to_columns(transitions))
-
-    def _append_columns(self, cols: dict[str, np.ndarray]) -> None:
-        n = len(cols["action"])
-        for name in OPTIONAL - set(cols):  # written before the column existed
-            cols = {**cols, name: np.zeros(n, dtype=_SCALARS[name])}
+        Every call must give the same columns with the same per-row shapes and dtypes.
+        """
+        n = len(next(iter(cols.values())))
         if not self.columns:
             self.columns = {k: np.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in cols.items()}
         if set(cols) != set(self.columns):
@@ -219,14 +210,49 @@ class ReplayBuffer:
         return {k: v[indices] for k, v in self.columns.items()}
 
     def sample_indices(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` uniformly random storage positions."""
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        return rng.integers(0, len(self), size=n)
+
+
+class ReplayBuffer(ColumnRing):
+    """A :class:`ColumnRing` of transitions (:func:`transitions_to_columns`), with RLPD batches and saves."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.balance_tasks = False
+        """Sample every task equally (a fleet's learner sets it when ``fleet.tasks`` names several)."""
+        self._task_rows: tuple[int, list[np.ndarray]] | None = None
+        """(total_added when computed, storage positions of each task): kept until rows are added, so the many
+        batches drawn between two receives do not each scan the whole buffer."""
+        self._saved_upto = 0
+
+    def add(self, transition: Transition) -> None:
+        """Append one transition (the oldest is dropped when full)."""
+        self.extend([transition])
+
+    def extend(self, transitions: Sequence[Transition]) -> None:
+        """Append transitions; all must share the buffer's observation fields, shapes and dtypes."""
+        if transitions:
+            self.append_columns(transitions_to_columns(transitions))
+
+    def append_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """Append transition columns; ones written before an :data:`OPTIONAL` column existed get zeros."""
+        n = len(cols["action"])
+        for name in OPTIONAL - set(cols):  # written before the column existed
+            cols = {**cols, name: np.zeros(n, dtype=_SCALARS[name])}
+        super().append_columns(cols)
+
+    def sample_indices(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` random storage positions: uniform, or the same share from every task when :attr:`balance_tasks`.
 
         Balanced batches keep a fleet's rare task (one robot among many simulators) from vanishing in them.
         """
+        if not self.balance_tasks:
+            return super().sample_indices(n, rng)
         if len(self) == 0:
             raise ValueError("cannot sample from an empty buffer")
-        if not self.balance_tasks:
-            return rng.integers(0, len(self), size=n)
         if self._task_rows is None or self._task_rows[0] != self.total_added:  # new rows since the last batch
             task = self.columns["task"][: len(self)]
             self._task_rows = (self.total_added, [np.flatnonzero(task == k) for k in np.unique(task)])
@@ -304,7 +330,7 @@ class ReplayBuffer:
             if len(cols.get("action", ())) != end - begin:
                 raise SpecError(f"{file}: holds {len(cols.get('action', ()))} rows, the manifest says {end - begin}")
             buf.total_added = int(begin)  # places rows at their original ring positions
-            buf._append_columns(cols)
+            buf.append_columns(cols)
         buf.total_added = total
         buf._saved_upto = total
         return buf

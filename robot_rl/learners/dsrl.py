@@ -15,17 +15,16 @@ This is the noise-aliased variant (DSRL-NA):
 
 The base policy is frozen: gradients off, no optimiser over it, weights checked by fingerprint when a
 checkpoint is loaded. One decision is one chunk: ``reward`` is the chunk's (discounted) return and
-``gamma`` the discount per decision. Critic ensembles are the LayerNorm ones of :mod:`sac_rlpd`, the
-TD target the min over a random subset of target critics (REDQ). Checkpoints: safetensors + JSON.
+``gamma`` the discount per decision. Actor, action critic (with its targets) and temperature are the
+project's one SAC (:mod:`robot_rl.learners.sac`), its TD target the min over a random subset of target
+critics (REDQ). Checkpoints: safetensors + JSON.
 :func:`decisions_from_steps` turns the per-step stream of the actors into such decisions.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,10 +37,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from robot_rl.core.config import config_to_dict, load_config
-from robot_rl.core.device import check_device_name, resolve_device
+from robot_rl.core.device import resolve_device
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
-from robot_rl.learners.sac_rlpd import CriticEnsemble, GaussianActor
+from robot_rl.learners.sac import SAC, CriticEnsemble, GaussianActor, SACConfig, optimizer_step
 from robot_rl.policies.base import CheckpointError, Policy
 
 FORMAT = "robot_rl.dsrl"
@@ -50,9 +49,17 @@ META_FILE = "dsrl.json"
 
 
 @dataclass
-class DSRLConfig:
-    """DSRL-NA settings."""
+class DSRLConfig(SACConfig):
+    """SAC's hyperparameters (:class:`robot_rl.learners.sac.SACConfig`, here over the noise) and DSRL-NA's."""
 
+    num_critics: int = 2
+    """Ensemble size of each critic (action and noise)."""
+    gamma: float = 0.99
+    """Discount per decision (one chunk)."""
+    backup_entropy: bool = False
+    """Add the entropy bonus -alpha * log pi(w) to the action critic's TD target (soft Q). Off by default: the
+    noise has H * A dimensions (112 for a 16 x 7 chunk), and its entropy bonus summed over an episode
+    outweighs a sparse success reward; without it Q stays within the task's returns."""
     state_keys: list[str] | None = None
     """Observation keys (their normalised histories, flattened) fed to actor and critics; None: the base
     policy's state keys. Images only reach the base policy."""
@@ -64,37 +71,13 @@ class DSRLConfig:
     ``executor.n_action_steps``."""
     num_steps: int | None = None
     """Denoising / integration steps of the base policy; None: its own default."""
-    hidden: int = 256
-    """Width of the two hidden layers of actor and critics."""
-    num_critics: int = 2
-    """Ensemble size of each critic (action and noise)."""
-    num_target_critics: int = 2
-    """Random subset of target action critics whose minimum forms the TD target (REDQ)."""
-    gamma: float = 0.99
-    """Discount per decision (one chunk)."""
-    tau: float = 0.005
-    """Polyak rate of the target action critics."""
-    lr: float = 3e-4
-    """Adam learning rate of actor, both critics and temperature."""
-    init_temperature: float = 0.01
-    """Initial entropy temperature (of the squashed noise distribution)."""
-    target_entropy: float | None = None
-    """Target entropy of the squashed noise; None: -(H * A) / 2."""
-    grad_clip: float = 10.0
-    """Gradient-norm clip of actor and critics."""
-    backup_entropy: bool = False
-    """Add the entropy bonus -alpha * log pi(w) to the action critic's TD target (soft Q). Off by default: the
-    noise has H * A dimensions (112 for a 16 x 7 chunk), and its entropy bonus summed over an episode
-    outweighs a sparse success reward; without it Q stays within the task's returns."""
     prior_weight: float = 0.0
     """Weight of 0.5 * mean(w^2) in the actor's loss: the negative log-density of the base's N(0, I) noise
     prior, which keeps the chosen noise where the base policy was trained (a trust region around the prior;
     0: plain SAC in noise space)."""
-    device: str = "auto"
-    """Where networks and the base policy compute: "auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
 
     def __post_init__(self) -> None:
-        check_device_name(self.device)
+        super().__post_init__()
         if self.state_keys is not None and not self.state_keys:
             raise ValueError("state_keys: name at least one observation key, or None for the policy's")
         if not 0.0 < self.noise_scale <= 5.0:
@@ -103,15 +86,6 @@ class DSRLConfig:
             raise ValueError(f"action_steps: must be >= 1 or None, got {self.action_steps}")
         if self.num_steps is not None and self.num_steps < 1:
             raise ValueError(f"num_steps: must be >= 1 or None, got {self.num_steps}")
-        if self.hidden < 1:
-            raise ValueError(f"hidden: must be >= 1, got {self.hidden}")
-        if not 1 <= self.num_target_critics <= self.num_critics:
-            raise ValueError(f"num_target_critics: must be in [1, num_critics={self.num_critics}], "
-                             f"got {self.num_target_critics}")
-        if not 0.0 < self.gamma < 1.0 or not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"gamma must be in (0, 1) and tau in (0, 1], got {self.gamma}, {self.tau}")
-        if self.lr <= 0 or self.init_temperature <= 0 or self.grad_clip <= 0:
-            raise ValueError("lr, init_temperature and grad_clip must be > 0")
         if self.prior_weight < 0:
             raise ValueError(f"prior_weight: must be >= 0, got {self.prior_weight}")
 
@@ -125,8 +99,13 @@ def policy_fingerprint(policy: Policy) -> str:
     return digest.hexdigest()
 
 
-class DSRLLearner:
-    """Noise actor, action critic (+ targets), noise critic, temperature; the base policy stays frozen."""
+class DSRLLearner(SAC):
+    """SAC over the noise (:mod:`robot_rl.learners.sac`) plus the noise critic Q_W; the base stays frozen.
+
+    SAC's critic (and its targets) is the action critic Q_A; its actor picks the noise.
+    """
+
+    config: DSRLConfig
 
     def __init__(self, config: DSRLConfig, policy: Policy, seed: int = 0) -> None:
         if getattr(policy.config, "sampler", "") == "ddpm":
@@ -142,28 +121,31 @@ class DSRLLearner:
         if steps > policy.config.horizon:
             raise SpecError(f"action_steps: {steps} exceeds the policy's horizon {policy.config.horizon}")
         torch.manual_seed(seed)
-        self.config, self.device = config, resolve_device(config.device)
-        self.policy = policy.requires_grad_(False).eval().to(self.device)
+        device = resolve_device(config.device)
+        self.policy = policy.requires_grad_(False).eval().to(device)
         """The frozen base policy."""
         self.state_dims = {k: int(policy.spec.state_dims[k]) for k in keys}
         self.n_obs_steps, self.horizon = policy.config.n_obs_steps, policy.config.horizon
         self.action_dim, self.action_steps = policy.spec.action_dim, int(steps)
         obs_dim = self.n_obs_steps * sum(self.state_dims.values())
         noise_dim = self.horizon * self.action_dim
-        self.actor = GaussianActor(obs_dim, noise_dim, config.hidden, residual_scale=0.0).to(self.device)
-        self.q_action = CriticEnsemble(config.num_critics, obs_dim, self.action_steps * self.action_dim,
-                                       config.hidden).to(self.device)
-        self.q_action_target = copy.deepcopy(self.q_action).requires_grad_(False)
+        actor = GaussianActor(obs_dim, noise_dim, config.hidden, residual_scale=0.0)
+        super().__init__(config, actor, obs_dim, self.action_steps * self.action_dim, noise_dim, seed)
         self.q_noise = CriticEnsemble(config.num_critics, obs_dim, noise_dim, config.hidden).to(self.device)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(config.init_temperature), device=self.device))
-        self.target_entropy = config.target_entropy if config.target_entropy is not None else -noise_dim / 2
-        self.optimizers = {"actor": torch.optim.Adam(self.actor.parameters(), lr=config.lr),
-                           "q_action": torch.optim.Adam(self.q_action.parameters(), lr=config.lr),
-                           "q_noise": torch.optim.Adam(self.q_noise.parameters(), lr=config.lr),
-                           "alpha": torch.optim.Adam([self.log_alpha], lr=config.lr)}
-        self.rng = torch.Generator().manual_seed(seed)
+        """Q_W(s, w), distilled from the action critic Q_A(s, base(s, w))."""
+        self.q_noise_opt = torch.optim.Adam(self.q_noise.parameters(), lr=config.lr)
         self.fingerprint = policy_fingerprint(policy)
-        self.updates = 0
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimiser by its checkpoint name."""
+        return self.checkpoint_names()[1]
+
+    def checkpoint_names(self) -> tuple[dict[str, nn.Module], dict[str, torch.optim.Optimizer], str]:
+        """DSRL's names: the critic is ``q_action`` (targets ``q_action_target``), optimisers under ``opt.``."""
+        return ({"actor": self.actor, "q_action": self.critic, "q_action_target": self.target, "q_noise": self.q_noise},
+                {"actor": self.actor_opt, "q_action": self.critic_opt, "q_noise": self.q_noise_opt,
+                 "alpha": self.alpha_opt}, "opt.")
 
     # ------------------------------------------------------------------ acting
     def state_vector(self, obs: Mapping[str, Any]) -> tuple[torch.Tensor, bool]:
@@ -205,11 +187,6 @@ class DSRLLearner:
         return noise.cpu().numpy(), self.policy.predict_chunk(obs_history, self.config.num_steps, noise=noise)
 
     # ------------------------------------------------------------------ learning
-    @property
-    def alpha(self) -> float:
-        """Current entropy temperature."""
-        return float(self.log_alpha.detach().exp())
-
     def _executed(self, actions: Any, batch: int) -> torch.Tensor:
         """Raw executed actions (B, action_steps, A) -> normalised and flattened (B, action_steps * A)."""
         arr = np.asarray(actions, dtype=np.float32)
@@ -219,14 +196,6 @@ class DSRLLearner:
         if not np.all(np.isfinite(arr)):
             raise SpecError("action: contains NaN or inf")
         return self.policy.normalizer.normalize("action", torch.from_numpy(arr).to(self.device)).flatten(1)
-
-    def _step(self, name: str, module: nn.Module | None, loss: torch.Tensor) -> None:
-        opt = self.optimizers[name]
-        opt.zero_grad()
-        loss.backward()
-        if module is not None:
-            nn.utils.clip_grad_norm_(module.parameters(), self.config.grad_clip)
-        opt.step()
 
     def update(self, batch: Mapping[str, Any]) -> dict[str, float]:
         """One step of each: action critic (TD), noise critic (distillation), actor and temperature.
@@ -253,15 +222,8 @@ class DSRLLearner:
                 idx = torch.from_numpy(live).to(self.device)
                 next_noise, next_logp = self.sample_noise(next_state[idx])
                 next_action = self.decode({k: v[live] for k, v in nxt.items()}, next_noise)[:, :n].flatten(1)
-                pick = torch.randperm(cfg.num_critics, generator=self.rng)[: cfg.num_target_critics].to(self.device)
-                q_next = self.q_action_target(next_state[idx], next_action)[pick].min(0).values
-                target[idx] += cfg.gamma * (q_next - self.alpha * next_logp if cfg.backup_entropy else q_next)
-        q = self.q_action(state, action)
-        q_action_loss = ((q - target) ** 2).mean()
-        self._step("q_action", self.q_action, q_action_loss)
-        with torch.no_grad():
-            for p, tp in zip(self.q_action.parameters(), self.q_action_target.parameters()):
-                tp.lerp_(p, cfg.tau)
+                target[idx] += cfg.gamma * self.next_value(next_state[idx], next_action, next_logp)
+        q_action_loss, q = self.critic_step(state, action, target)
 
         # noise critic: distilled from Q_A(s, base(s, w)) on prior noises (clipped to the actor's range) and
         # on the actor's own, so it is right both everywhere and where the actor looks
@@ -270,30 +232,20 @@ class DSRLLearner:
             noise = torch.cat([prior.clamp(-cfg.noise_scale, cfg.noise_scale), self.sample_noise(state)[0]])
             both = {k: np.concatenate([v, v]) for k, v in obs.items()}
             states2 = torch.cat([state, state])
-            distill = self.q_action(states2, self.decode(both, noise)[:, :n].flatten(1)).mean(0)
+            distill = self.critic(states2, self.decode(both, noise)[:, :n].flatten(1)).mean(0)
         q_noise = self.q_noise(states2, noise.flatten(1))
         q_noise_loss = ((q_noise - distill) ** 2).mean()
-        self._step("q_noise", self.q_noise, q_noise_loss)
+        optimizer_step(self.q_noise_opt, self.q_noise, q_noise_loss, cfg.grad_clip)
 
         # actor and temperature (SAC in noise space)
         noise_pi, logp = self.sample_noise(state)
-        actor_loss = (self.alpha * logp - self.q_noise(state, noise_pi.flatten(1)).mean(0)).mean()
-        if cfg.prior_weight > 0:
-            actor_loss = actor_loss + cfg.prior_weight * 0.5 * noise_pi.pow(2).mean()
-        self._step("actor", self.actor, actor_loss)
-        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-        self._step("alpha", None, alpha_loss)
+        prior_loss = cfg.prior_weight * 0.5 * noise_pi.pow(2).mean() if cfg.prior_weight > 0 else None
+        metrics = self.actor_step(logp, self.q_noise(state, noise_pi.flatten(1)), prior_loss)
         self.updates += 1
-        return {"q_action_loss": float(q_action_loss.detach()), "q_noise_loss": float(q_noise_loss.detach()),
-                "q_mean": float(q.detach().mean()), "actor_loss": float(actor_loss.detach()), "alpha": self.alpha,
-                "entropy": float(-logp.detach().mean()),
-                "noise_rms": float(noise_pi.detach().pow(2).mean().sqrt())}
+        return {"q_action_loss": float(q_action_loss), "q_noise_loss": float(q_noise_loss.detach()),
+                "q_mean": float(q.mean()), **metrics, "noise_rms": float(noise_pi.detach().pow(2).mean().sqrt())}
 
     # ------------------------------------------------------------------ checkpoints
-    def _modules(self) -> dict[str, nn.Module]:
-        return {"actor": self.actor, "q_action": self.q_action, "q_action_target": self.q_action_target,
-                "q_noise": self.q_noise}
-
     def save(self, folder: str | Path) -> Path:
         """Networks, optimiser moments, temperature and RNG into ``folder``; the JSON is written last.
 
@@ -302,18 +254,9 @@ class DSRLLearner:
         """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {f"{m}.{k}": v for m, module in self._modules().items() for k, v in module.state_dict().items()}
-        tensors["log_alpha"] = self.log_alpha.detach()
-        tensors["rng_state"] = self.rng.get_state()
-        groups = {}
-        for name, opt in self.optimizers.items():
-            state = opt.state_dict()
-            groups[name] = state["param_groups"]
-            for idx, slots in state["state"].items():
-                for slot, value in slots.items():
-                    tensors[f"opt.{name}.{idx}.{slot}"] = torch.as_tensor(value)
+        tensors, groups = self.state_tensors()
         tmp = folder / f".{WEIGHTS_FILE}.tmp"
-        save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(tmp))
+        save_file(tensors, str(tmp))
         os.replace(tmp, folder / WEIGHTS_FILE)
         meta = {"format": FORMAT, "config": config_to_dict(self.config), "updates": self.updates,
                 "param_groups": groups, "policy": {"type": self.policy.name, "spec": self.policy.spec.to_json(),
@@ -338,20 +281,7 @@ class DSRLLearner:
                                   f"fingerprint {meta['policy']['fingerprint'][:12]}); this one is {policy.name}")
         config = load_config(DSRLConfig, meta["config"] if device is None else {**meta["config"], "device": device})
         learner = cls(config, policy)
-        tensors = load_file(str(folder / WEIGHTS_FILE))
-        for prefix, module in learner._modules().items():
-            module.load_state_dict({k[len(prefix) + 1:]: v for k, v in tensors.items()
-                                    if k.startswith(prefix + ".")}, strict=True)
-        with torch.no_grad():
-            learner.log_alpha.copy_(tensors["log_alpha"])
-        learner.rng.set_state(tensors["rng_state"])
-        for name, opt in learner.optimizers.items():
-            state: dict[int, dict[str, torch.Tensor]] = {}
-            for key, value in tensors.items():
-                if key.startswith(f"opt.{name}."):
-                    _, _, idx, slot = key.split(".", 3)
-                    state.setdefault(int(idx), {})[slot] = value
-            opt.load_state_dict({"state": state, "param_groups": meta["param_groups"][name]})
+        learner.load_state_tensors(load_file(str(folder / WEIGHTS_FILE)), meta["param_groups"])
         learner.updates = int(meta["updates"])
         return learner
 

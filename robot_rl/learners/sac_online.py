@@ -30,7 +30,7 @@ from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
 from robot_rl.learners.buffers import mixed_sample
 from robot_rl.learners.off_policy import OffPolicyAlgorithm, OffPolicyConfig
-from robot_rl.learners.sac_rlpd import GaussianActor, SACConfig, SACLearner, state_array
+from robot_rl.learners.sac_rlpd import GaussianActor, SACLearner, SACLearnerConfig, state_array
 from robot_rl.runtime.episode import act as agent_action
 from robot_rl.runtime.episode import reset_agent
 from robot_rl.runtime.weights import WeightsFollower
@@ -178,7 +178,7 @@ class SACAlgorithm(OffPolicyAlgorithm):
 
     marker = MARKER
 
-    def __init__(self, cfg: OffPolicyConfig, sac_cfg: SACConfig, state_keys: list[str], residual_scale: float,
+    def __init__(self, cfg: OffPolicyConfig, sac_cfg: SACLearnerConfig, state_keys: list[str], residual_scale: float,
                  checkpoint: str | Path, capacity: int, update_to_data: float, updates_per_cycle: int,
                  device: str = "auto") -> None:
         super().__init__(cfg, checkpoint, capacity, update_to_data, updates_per_cycle, device)

@@ -2,8 +2,9 @@
 
 Episode stores keep the env's shaped reward and one success flag per episode; a learner that trains on
 the sparse per-step success (as on a real robot) needs to know at which demonstration steps the task was
-done. For tasks whose success is visible in the observation, these functions say so; they agree with
-the env's own ``is_success`` (tests/test_learner_rlpd.py checks that on recorded episodes).
+done. For tasks whose success is visible in the observation, these functions apply the env's OWN success
+rule (the function behind its ``is_success``) to the observation, so there is no second definition to
+drift (tests/test_learner_rlpd.py checks the agreement on recorded episodes).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ ObservedSuccess = Callable[[Mapping[str, np.ndarray]], bool]
 
 
 def pick_lift_success(obs: Mapping[str, np.ndarray]) -> bool:
-    """The cube's centre is at or above the goal height (ArmPickLift: 10 cm above its resting height)."""
-    return bool(np.asarray(obs["object_pos"])[2] >= np.asarray(obs["goal_pos"])[2])
+    """ArmPickLift's rule (:func:`robot_rl.sim.envs.arm_pick_lift.lift_success`) on the observed cube position."""
+    from robot_rl.sim.envs.arm_pick_lift import lift_success  # the simulator only when a task needs it
+
+    return lift_success(np.asarray(obs["object_pos"]))
 
 
 TASK_SUCCESS: dict[str, ObservedSuccess] = {

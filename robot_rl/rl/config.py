@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from robot_rl.core.device import check_device_name
+from robot_rl.learners.sac import SACConfig
 
 
 class TrainingError(RuntimeError):
@@ -87,8 +88,12 @@ class PPOSettings:
 
 
 @dataclass
-class SACSettings:
-    """SAC (the project's RLPD-style learner, robot_rl.learners.sac_rlpd, without demonstrations)."""
+class SACSettings(SACConfig):
+    """SAC (the project's one SAC, robot_rl.learners.sac, through the RLPD learner without demonstrations).
+
+    Its hyperparameters are :class:`robot_rl.learners.sac.SACConfig`'s (defaults for learning from scratch
+    below); ``device`` is the run's (the top-level ``device``), whatever this section says.
+    """
 
     hidden: int = 64
     """Width of the two hidden layers of the actor and of each critic."""
@@ -96,10 +101,8 @@ class SACSettings:
     """Critic ensemble size (2: SAC's clipped double Q; RLPD uses 10 with a high update ratio)."""
     gamma: float = 0.95
     """Discount."""
-    tau: float = 0.005
-    """Polyak rate of the target critics."""
-    lr: float = 3e-4
-    """Adam learning rate of actor, critics and temperature."""
+    init_temperature: float = 0.1
+    """Initial entropy temperature."""
     batch_size: int = 256
     """Transitions per gradient step."""
     utd_ratio: int = 1
@@ -110,17 +113,14 @@ class SACSettings:
     """Replay capacity in transitions."""
     learning_starts: int = 5_000
     """Env steps with uniformly random actions before the first update."""
-    init_temperature: float = 0.1
-    """Initial entropy temperature."""
 
     def __post_init__(self) -> None:
-        for name in ("hidden", "num_critics", "batch_size", "utd_ratio", "updates_per_step", "buffer_size"):
+        super().__post_init__()
+        for name in ("batch_size", "utd_ratio", "updates_per_step", "buffer_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if not (0 < self.gamma < 1 and 0 < self.tau <= 1):
-            raise ValueError(f"gamma must be in (0, 1) and tau in (0, 1], got {self.gamma}, {self.tau}")
-        if not (self.lr > 0 and self.init_temperature > 0) or self.learning_starts < 0:
-            raise ValueError("lr and init_temperature must be > 0 and learning_starts >= 0")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts: must be >= 0, got {self.learning_starts}")
         if self.buffer_size < self.batch_size:
             raise ValueError(f"buffer_size {self.buffer_size} is smaller than batch_size {self.batch_size}")
 

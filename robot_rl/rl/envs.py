@@ -165,13 +165,3 @@ def check_spaces(env: gym.vector.VectorEnv, spec: EnvSpec, cfg: RLConfig) -> Non
             if not isinstance(sub, gym.spaces.Box) or int(np.prod(sub.shape)) != dim:
                 raise ConfigError(f"vector: {cfg.vector} {cfg.env_id}'s observation {key!r} is {sub}, the env's "
                                   f"has {dim} values")
-
-
-def final_infos(info: dict[str, Any], key: str, n: int) -> np.ndarray:
-    """``info[key]`` of a vector step as an (n,) array (False where an env did not report it)."""
-    value = info.get(key)
-    if value is None:
-        return np.zeros(n, dtype=bool)
-    arr = np.asarray(value)
-    mask = np.asarray(info.get(f"_{key}", np.ones(n, dtype=bool)), dtype=bool)
-    return np.where(mask, arr.astype(bool), False)

@@ -1,10 +1,11 @@
 """Running mean and standard deviation of the observations (stable-baselines3's RunningMeanStd).
 
-Batches are merged with Chan et al.'s parallel update, so every vector-env step updates the statistics
-at once. The standard deviation has a floor (``sqrt(var + eps)``, 0.01 for the default ``eps``): a feature
-that never moves in training (a fixed goal) would otherwise be scaled by 1e4 and turn any other value into
-an outlier. The statistics end up in the exported policy's "meanstd" normaliser
-(:class:`robot_rl.policies.normalizer.Normalizer`), which computes the same ``(x - mean) / std``.
+The statistics are :class:`robot_rl.data.stats.RunningMeanVar` (Chan et al.'s parallel update, shared with
+the dataset statistics), so every vector-env step updates them at once. The standard deviation has a floor
+(``sqrt(var + eps)``, 0.01 for the default ``eps``): a feature that never moves in training (a fixed goal)
+would otherwise be scaled by 1e4 and turn any other value into an outlier. The statistics end up in the
+exported policy's "meanstd" normaliser (:class:`robot_rl.policies.normalizer.Normalizer`), which computes
+the same ``(x - mean) / std``.
 """
 
 from __future__ import annotations
@@ -12,29 +13,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from robot_rl.data.stats import RunningMeanVar
 
-class RunningNorm:
+
+class RunningNorm(RunningMeanVar):
     """``normalize(x) = clip((x - mean) / sqrt(var + eps), -clip, clip)`` with statistics of every batch seen."""
 
     def __init__(self, dim: int, clip: float = 10.0, eps: float = 1e-4) -> None:
-        self.mean = np.zeros(dim, dtype=np.float64)
-        self.var = np.ones(dim, dtype=np.float64)
-        self.count = 0.0
+        super().__init__(dim)
         self.clip, self.eps = float(clip), float(eps)
         self._torch: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def update(self, batch: np.ndarray) -> None:
         """Merge the mean and variance of a (B, dim) batch into the running statistics."""
-        x = np.asarray(batch, dtype=np.float64).reshape(-1, self.mean.shape[0])
-        n = float(x.shape[0])
-        if n == 0:
-            return
-        b_mean, b_var = x.mean(axis=0), x.var(axis=0)
-        total = self.count + n
-        delta = b_mean - self.mean
-        self.mean = self.mean + delta * n / total
-        self.var = (self.var * self.count + b_var * n + delta**2 * self.count * n / total) / total
-        self.count = total
+        super().update(batch)
         self._torch = None
 
     @property

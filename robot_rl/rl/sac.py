@@ -7,51 +7,27 @@ of Learning to Fly in Seconds' fast off-policy training, Eschmann et al. 2023), 
 safetensors, and it needs no adapter: stable-baselines3 wants its own VecEnv with same-step autoreset and
 its own loop, and saves pickled zips. Here it runs with no demonstrations (``demo_fraction`` 0).
 
-The replay keeps raw observations and normalises them when a batch is drawn, with the statistics of
-that moment (as stable-baselines3's VecNormalize does for off-policy algorithms), so old transitions are
-never stuck with old statistics. Transitions that span an autoreset (invalid) are not stored; truncated
+The replay (:class:`robot_rl.learners.buffers.ColumnRing`, the online learners' storage) keeps raw
+observations and normalises them when a batch is drawn, with the statistics of that moment (as
+stable-baselines3's VecNormalize does for off-policy algorithms), so old transitions are never stuck with
+old statistics. Transitions that span an autoreset (invalid) are not stored; truncated
 steps bootstrap, terminated ones do not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import torch
 
-from robot_rl.learners.sac_rlpd import SACConfig, SACLearner
+from robot_rl.learners.buffers import ColumnRing
+from robot_rl.learners.sac import SACConfig
+from robot_rl.learners.sac_rlpd import SACLearner, SACLearnerConfig
 from robot_rl.policies.mlp import MLPConfig
 from robot_rl.rl.config import SACSettings
 from robot_rl.rl.normalization import RunningNorm
-
-
-class Replay:
-    """Ring buffer of flat transitions (raw observations)."""
-
-    def __init__(self, capacity: int, obs_dim: int, action_dim: int) -> None:
-        self.obs = np.zeros((capacity, obs_dim), np.float32)
-        self.next_obs = np.zeros((capacity, obs_dim), np.float32)
-        self.action = np.zeros((capacity, action_dim), np.float32)
-        self.reward = np.zeros(capacity, np.float32)
-        self.terminated = np.zeros(capacity, np.float32)
-        self.capacity, self.size, self.pos = capacity, 0, 0
-
-    def add(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, next_obs: np.ndarray,
-            terminated: np.ndarray) -> None:
-        """Append a batch of transitions (overwriting the oldest when full)."""
-        n = obs.shape[0]
-        idx = (self.pos + np.arange(n)) % self.capacity
-        self.obs[idx], self.action[idx], self.reward[idx] = obs, action, reward
-        self.next_obs[idx], self.terminated[idx] = next_obs, terminated
-        self.pos = int((self.pos + n) % self.capacity)
-        self.size = min(self.capacity, self.size + n)
-
-    def sample(self, n: int, rng: np.random.Generator, norm: RunningNorm) -> dict[str, np.ndarray]:
-        """A batch in the columns SACLearner.update reads, observations normalised now."""
-        idx = rng.integers(0, self.size, n)
-        return {"obs.state": norm.normalize(self.obs[idx]), "next_obs.state": norm.normalize(self.next_obs[idx]),
-                "action": self.action[idx], "reward": self.reward[idx], "terminated": self.terminated[idx]}
 
 
 class SACAgent:
@@ -60,16 +36,16 @@ class SACAgent:
     def __init__(self, settings: SACSettings, obs_dim: int, action_dim: int, num_envs: int, norm: RunningNorm,
                  device: torch.device, initial_action: np.ndarray | None = None, seed: int = 0) -> None:
         self.settings, self.norm, self.num_envs = settings, norm, num_envs
-        config = SACConfig(state_keys=["state"], hidden=settings.hidden, num_critics=settings.num_critics,
-                           num_target_critics=min(2, settings.num_critics), gamma=settings.gamma, tau=settings.tau,
-                           lr=settings.lr, batch_size=settings.batch_size, utd_ratio=settings.utd_ratio,
-                           demo_fraction=0.0, init_temperature=settings.init_temperature, device=str(device))
+        sac = {f.name: getattr(settings, f.name) for f in dataclasses.fields(SACConfig)} | {"device": str(device)}
+        config = SACLearnerConfig(**sac, state_keys=["state"], batch_size=settings.batch_size,
+                                  utd_ratio=settings.utd_ratio, demo_fraction=0.0)
         self.learner = SACLearner(config, {"state": obs_dim}, action_dim, seed=seed)
         if initial_action is not None:  # tanh(mean) starts at this action
             with torch.no_grad():
                 start = torch.as_tensor(np.clip(initial_action, -0.99, 0.99), dtype=torch.float32)
                 self.learner.actor.head.bias[:action_dim].copy_(torch.atanh(start))
-        self.replay = Replay(settings.buffer_size, obs_dim, action_dim)
+        self.replay = ColumnRing(settings.buffer_size)
+        """Raw flat steps: ``obs.state``, ``action``, ``reward``, ``next_obs.state``, ``terminated``."""
         self.rng = np.random.default_rng(seed)
         self.steps = 0
         self._obs = np.zeros((num_envs, obs_dim), np.float32)
@@ -89,24 +65,33 @@ class SACAgent:
         """Store the valid transitions of the step."""
         self.steps += self.num_envs
         keep = np.asarray(valid, dtype=bool)
-        self.replay.add(self._obs[keep], self._action[keep], np.asarray(reward, np.float32)[keep],
-                        np.asarray(next_obs, np.float32)[keep], np.asarray(terminated, np.float32)[keep])
+        self.replay.append_columns({"obs.state": self._obs[keep], "action": self._action[keep],
+                                    "reward": np.asarray(reward, np.float32)[keep],
+                                    "next_obs.state": np.asarray(next_obs, np.float32)[keep],
+                                    "terminated": np.asarray(terminated, np.float32)[keep]})
 
     def ready(self) -> bool:
         """Random exploration is over and a batch fits in the replay."""
-        return self.steps >= self.settings.learning_starts and self.replay.size >= self.settings.batch_size
+        return self.steps >= self.settings.learning_starts and len(self.replay) >= self.settings.batch_size
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
         """``updates_per_step`` learner updates of ``utd_ratio`` critic steps each (``progress`` is unused)."""
         s = self.settings
         metrics: dict[str, float] = {}
         for _ in range(s.updates_per_step):
-            batches = [self.replay.sample(s.batch_size, self.rng, self.norm) for _ in range(s.utd_ratio)]
+            batches = [self._sample(s.batch_size) for _ in range(s.utd_ratio)]
             metrics = self.learner.update(batches)
         out = {"value_loss": metrics.get("critic_loss", math.nan), "q_mean": metrics.get("q_mean", math.nan)}
         if "actor_loss" in metrics:
             out.update(policy_loss=metrics["actor_loss"], alpha=metrics["alpha"], entropy=metrics["entropy"])
         return out
+
+    def _sample(self, n: int) -> dict[str, np.ndarray]:
+        """A uniform batch in the columns SACLearner.update reads, observations normalised now."""
+        batch = self.replay.rows(self.replay.sample_indices(n, self.rng))
+        for key in ("obs.state", "next_obs.state"):
+            batch[key] = self.norm.normalize(batch[key])
+        return batch
 
     def finite(self) -> bool:
         """Every actor and critic weight is finite."""

@@ -40,10 +40,10 @@ from robot_rl.core.device import resolve_device
 from robot_rl.policies.base import PolicySpec
 from robot_rl.policies.mlp import MLPConfig, MLPPolicy
 from robot_rl.rl.config import RLConfig, TrainingError
-from robot_rl.rl.curves import append_record, plot_curve, read_records, strict_json
+from robot_rl.rl.curves import append_record, eval_row, plot_curve, read_records, row_summary, strict_json
 from robot_rl.rl.envs import EnvSpec, check_spaces, env_spec, make_vector
-from robot_rl.rl.evaluate import EvalResult, evaluate_policy
 from robot_rl.rl.normalization import RunningNorm
+from robot_rl.training.evaluate import EvalReport, evaluate_vector
 
 SUCCESS_DISTANCE_HINT = 0.05
 """Drawn on the error plot (the quadrotor's success radius) when the run reports an error."""
@@ -76,8 +76,10 @@ class RLResult:
     """Wall time of the loop (env steps, updates and periodic evaluations) [s]."""
     stopped: str
     """Why training stopped: total_steps, time_budget or target (``target_success`` / ``target_error`` met)."""
-    final: EvalResult
-    """The evaluation of the exported policy."""
+    final: EvalReport
+    """The evaluation of the exported policy (robot_rl.training.evaluate's vector driver)."""
+    final_row: dict[str, float] = field(default_factory=dict)
+    """Its aggregates as :func:`robot_rl.rl.curves.eval_row` reads them (``success_at_last_step``, errors)."""
     first_target: dict[str, float] | None = None
     """Env steps and wall time of the evaluation that met the target (None: never)."""
     evaluations: list[dict[str, float]] = field(default_factory=list)
@@ -93,7 +95,8 @@ class RLResult:
         hit = ("" if self.first_target is None else f"; target reached after {self.first_target['steps']:.0f} "
                f"steps, {self.first_target['wall_s']:.1f} s")
         return (f"{self.steps} env steps in {self.train_seconds:.1f} s ({self.steps_per_s:.0f} steps/s), "
-                f"stopped by {self.stopped}{hit}\nfinal policy: {self.final.summary()}\npolicy: {self.policy_path}")
+                f"stopped by {self.stopped}{hit}\n"
+                f"final policy: {row_summary(self.final_row, len(self.final.successes))}\npolicy: {self.policy_path}")
 
 
 def make_agent(cfg: RLConfig, spec: EnvSpec, norm: RunningNorm, device: torch.device) -> Agent:
@@ -167,13 +170,16 @@ def budget_spent(cfg: RLConfig, steps: int, seconds: float) -> float:
     return max(spent, seconds / cfg.time_budget_s) if cfg.time_budget_s is not None else spent
 
 
-def meets_target(cfg: RLConfig, result: EvalResult) -> bool:
-    """Whether an evaluation reaches ``target_success`` and ``target_error`` (those that are set; one must be)."""
+def meets_target(cfg: RLConfig, row: dict[str, float]) -> bool:
+    """Whether an evaluation row reaches ``target_success`` and ``target_error`` (those set; one must be).
+
+    ``target_success`` is compared with the success at the last step (:func:`robot_rl.rl.curves.eval_row`).
+    """
     if cfg.target_success is None and cfg.target_error is None:
         return False
-    if cfg.target_success is not None and result.success_rate < cfg.target_success:
+    if cfg.target_success is not None and row["success_at_last_step"] < cfg.target_success:
         return False
-    return cfg.target_error is None or result.error_max < cfg.target_error
+    return cfg.target_error is None or row["error_max"] < cfg.target_error
 
 
 def _check_metrics(metrics: dict[str, float], agent: Agent, where: str, kept: str) -> None:
@@ -212,23 +218,24 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
                dynamic_ncols=True, unit_scale=True)
     say = log or (lambda msg: bar.write(msg) if progress else None)
     steps = updates = 0
-    next_eval, stopped, last = cfg.eval_every_steps, "total_steps", None
+    next_eval, stopped = cfg.eval_every_steps, "total_steps"
+    last: tuple[EvalReport, dict[str, float]] | None = None
     first_target: dict[str, float] | None = None
     good = "no policy was exported yet"
 
-    def evaluate_now() -> EvalResult:
+    def evaluate_now() -> tuple[EvalReport, dict[str, float]]:
         nonlocal good
         policy = export_policy(agent, spec, norm, cfg, version=steps)
-        result = evaluate_policy(policy, eval_env, spec, cfg.eval_seed, cfg.error_keys)
+        report = evaluate_vector(policy, eval_env, cfg.env_id, cfg.eval_seed, spec.keys, cfg.error_keys)
         save_atomically(policy, out / "policy")
         good = f"the last good policy (step {steps}) is kept in {out / 'policy'}"
-        result.steps, result.wall_s = steps, time.perf_counter() - t0
-        append_record(out / "curve.jsonl", result)
-        for key, value in result.to_json().items():
-            if isinstance(value, float) and math.isfinite(value):
+        row = eval_row(report, steps, time.perf_counter() - t0)
+        append_record(out / "curve.jsonl", row)
+        for key, value in row.items():
+            if isinstance(value, float) and math.isfinite(value) and key != "wall_s":
                 writer.add_scalar(f"eval/{key}", value, steps)
-        say(f"eval at {steps} steps, {result.wall_s:.1f} s: {result.summary()}")
-        return result
+        say(f"eval at {steps} steps, {row['wall_s']:.1f} s: {row_summary(row, len(report.successes))}")
+        return report, row
 
     try:
         raw, _ = env.reset(seed=cfg.seed)
@@ -271,13 +278,13 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
             if steps >= next_eval:
                 next_eval += cfg.eval_every_steps
                 last = evaluate_now()
-                bar.set_postfix(success=f"{last.success_rate:.2f}", refresh=False)
-                if meets_target(cfg, last):
-                    first_target = {"steps": float(steps), "wall_s": last.wall_s}
+                bar.set_postfix(success=f"{last[1]['success_at_last_step']:.2f}", refresh=False)
+                if meets_target(cfg, last[1]):
+                    first_target = {"steps": float(steps), "wall_s": last[1]["wall_s"]}
                     stopped = "target"
                     break
         train_seconds = time.perf_counter() - t0
-        if last is None or last.steps != steps:
+        if last is None or last[1]["steps"] != steps:
             last = evaluate_now()
     finally:
         bar.close()
@@ -289,9 +296,10 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
             plot_curve(rows, out / "learning_curve.png", f"{cfg.algorithm.upper()} on {cfg.env_id} (seed {cfg.seed})",
                        SUCCESS_DISTANCE_HINT if cfg.error_keys else None)
     result = RLResult(policy_path=out / "policy", steps=steps, seconds=time.perf_counter() - t0,
-                      train_seconds=train_seconds, stopped=stopped, final=last, first_target=first_target,
-                      evaluations=rows)
-    (out / "eval.json").write_text(json.dumps(strict_json(last.to_json()), indent=2), encoding="utf-8")
+                      train_seconds=train_seconds, stopped=stopped, final=last[0], final_row=last[1],
+                      first_target=first_target, evaluations=rows)
+    (out / "eval.json").write_text(json.dumps(strict_json({**last[0].to_json(), **last[1]}), indent=2),
+                                   encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(strict_json(summary_json(cfg, result)), indent=2), encoding="utf-8")
     return result
 
@@ -301,7 +309,7 @@ def summary_json(cfg: RLConfig, result: RLResult) -> dict[str, Any]:
     return {"env_id": cfg.env_id, "algorithm": cfg.algorithm, "seed": cfg.seed, "steps": result.steps,
             "seconds": result.seconds, "train_seconds": result.train_seconds, "steps_per_s": result.steps_per_s,
             "stopped": result.stopped, "first_target": result.first_target,
-            "final": {k: v for k, v in result.final.to_json().items() if not isinstance(v, list)},
+            "final": result.final_row,
             "policy": str(result.policy_path)}
 
 

@@ -9,6 +9,9 @@ as they happen, and end or abort an episode from outside (a human pressing "done
 ``info["is_success"]`` true at ANY step (a cube lifted and dropped again was lifted). An agent that
 declares the outcome itself (a person at the keyboard: ``agent.outcome`` not None) overrides the env.
 When neither the env nor the agent says anything, success is None (unknown), never False.
+:class:`SuccessTracker` holds this rule for one episode or a batch run side by side (the vector evaluator
+of robot_rl.training.evaluate), with ``is_success`` at the last step beside it for callers that report
+that too (a task held at the end, not just passed through).
 """
 
 from __future__ import annotations
@@ -78,6 +81,34 @@ def reset_agent(agent: Any, seed: int | None) -> None:
         reset(seed=seed)
     except TypeError:  # experts' reset() takes no seed
         reset()
+
+
+class SuccessTracker:
+    """The runtime's success (``is_success`` at ANY step) of ``n`` episodes run side by side."""
+
+    def __init__(self, n: int = 1) -> None:
+        self.ever = np.zeros(n, dtype=bool)
+        """Some step reported success."""
+        self.reported = np.zeros(n, dtype=bool)
+        """Some step reported ``is_success`` at all (else the success is unknown)."""
+        self.last = np.zeros(n, dtype=bool)
+        """``is_success`` of the latest step observed (the last step once an episode ended)."""
+        self.first = np.full(n, -1, dtype=np.int64)
+        """Step of the first success (-1: none yet)."""
+
+    def observe(self, step: int, success: Any, reported: Any = True, live: Any = True) -> None:
+        """One step's ``is_success`` (scalar or (n,)); ``reported``: which said it; ``live``: which still run."""
+        live = np.broadcast_to(np.asarray(live, dtype=bool), self.ever.shape)
+        said = live & np.asarray(reported, dtype=bool)
+        now = said & np.asarray(success, dtype=bool)
+        self.reported |= said
+        self.last = np.where(live, now, self.last)
+        self.first = np.where(now & ~self.ever, step, self.first)
+        self.ever |= now
+
+    def success(self, i: int = 0) -> bool | None:
+        """Episode ``i``'s success: True / False, or None when its env never reported ``is_success``."""
+        return bool(self.ever[i]) if self.reported[i] else None
 
 
 @dataclass
@@ -157,8 +188,7 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
     needs_transitions = keep or hooks.on_transition is not None
     obs = to_observation(raw)
     result = EpisodeResult(success=None, length=0, episode_return=0.0)
-    ever_success: bool | None = None
-    success_step: int | None = None
+    success = SuccessTracker()
     for step in range(10**9):
         if hooks.between_steps is not None:
             hooks.between_steps()
@@ -177,11 +207,9 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
         raw_next, reward, terminated, truncated, info = env.step(action)
         nxt = to_observation(raw_next)
         if "is_success" in info:
-            ever_success = bool(ever_success) or bool(info["is_success"])
-            if ever_success and success_step is None:
-                success_step = step
-        settled = steps_after_success is not None and success_step is not None \
-            and step - success_step >= steps_after_success
+            success.observe(step, bool(info["is_success"]))
+        settled = steps_after_success is not None and success.first[0] >= 0 \
+            and step - success.first[0] >= steps_after_success
         cut = cut or settled or (max_steps is not None and step + 1 >= max_steps)
         env_truncated = bool(truncated)
         truncated = env_truncated or (cut and not terminated)
@@ -209,7 +237,7 @@ def run_episode(env: Any, agent: Any, episode_id: int = 0, *, seed: int | None =
             break
     result.intervention_steps, result.takeovers = labeller.human_steps, labeller.takeovers
     outcome = getattr(agent, "outcome", None)
-    result.success = bool(outcome) if outcome is not None else ever_success
+    result.success = bool(outcome) if outcome is not None else success.success()
     return result
 
 

@@ -1,25 +1,50 @@
-"""Roll a policy out in a Gymnasium env for N seeded episodes; success rate with a Wilson interval and a plot.
+"""The one evaluator: roll a policy out for N seeded episodes; success rate with a Wilson interval and a plot.
 
-A thin driver of the runtime: each episode is :func:`robot_rl.runtime.episode.run_episode` with the policy
-in a :class:`robot_rl.runtime.policy_runner.PolicyRunner` (so success means what it means everywhere:
-``is_success`` at any step), seeded per episode (env and sampling noise).
+Success means what it means everywhere (:mod:`robot_rl.runtime.episode`): ``is_success`` at ANY step.
+Two drivers fill the same :class:`EvalReport`:
+
+* :func:`evaluate`: one Gymnasium env, each episode :func:`robot_rl.runtime.episode.run_episode` with the
+  policy in a :class:`robot_rl.runtime.policy_runner.PolicyRunner`, seeded per episode (env and sampling
+  noise);
+* :func:`evaluate_vector`: the first episode of every env of a vector env, all stepped together with the
+  policy's first predicted action (RL from scratch evaluates its exported policy so, on the vector env it
+  trains on).
+
+Callers that need more than the runtime's success read named per-episode metrics (:data:`EXTRA_METRICS`)
+from :attr:`EvalReport.extra`, e.g. ``success_at_last_step`` (the task held at the end, not just passed
+through), which RL from scratch reports and stops on.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.stats import binomtest
 
 from robot_rl.policies.base import Policy
-from robot_rl.runtime.episode import EpisodeResult, act, reset_agent, run_episode
+from robot_rl.runtime.episode import EpisodeResult, SuccessTracker, act, reset_agent, run_episode
 from robot_rl.runtime.policy_runner import PolicyRunner
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+
+EXTRA_METRICS: dict[str, str] = {
+    "success_at_last_step": "1 when the env reported is_success at the episode's last step, else 0",
+    "final_error": "distance between the two error keys (e.g. position and goal) at the last step [m]",
+    "episode_error": "that distance averaged over the episode's steps (the tracking error of a moving goal) [m]",
+}
+"""Named per-episode metrics :func:`evaluate_vector` reports beside the runtime's success."""
+
+MAX_VECTOR_STEPS = 100_000
+"""Guard against a vector env that never ends its episodes."""
 
 
 @dataclass
@@ -46,6 +71,8 @@ class EvalReport:
     """Wall time."""
     policy_ms_per_step: float = 0.0
     """Mean time the policy runner took per step (history, chunk prediction, execution) [ms]."""
+    extra: dict[str, list[float]] = field(default_factory=dict)
+    """Named per-episode metrics beside the runtime's success (:data:`EXTRA_METRICS`); empty when none."""
 
     @property
     def success_rate(self) -> float:
@@ -63,6 +90,16 @@ class EvalReport:
         kept = [m for m in self.metrics if np.isfinite(m)]
         return float(np.mean(kept)) if kept else float("nan")
 
+    def extra_mean(self, name: str) -> float:
+        """Mean of the named metric over the episodes (NaN when not reported)."""
+        values = self.extra.get(name)
+        return float(np.mean(values)) if values else math.nan
+
+    def extra_max(self, name: str) -> float:
+        """Largest value of the named metric (NaN when not reported)."""
+        values = self.extra.get(name)
+        return float(np.max(values)) if values else math.nan
+
     def interval(self, z: float = 1.96) -> tuple[float, float]:
         """Wilson score interval of the success rate (95% by default)."""
         return wilson_interval(sum(self.successes), len(self.successes), z)
@@ -71,7 +108,8 @@ class EvalReport:
         """Everything, plus the rate and its interval."""
         lo, hi = self.interval()
         return {**asdict(self), "success_rate": self.success_rate, "ci95": [lo, hi],
-                "failure_rate": self.failure_rate, "metric_mean": self.metric_mean}
+                "failure_rate": self.failure_rate, "metric_mean": self.metric_mean,
+                **{f"{name}_mean": self.extra_mean(name) for name in self.extra}}
 
     def summary(self) -> str:
         """One line for the terminal."""
@@ -139,6 +177,62 @@ def evaluate(policy: Policy | Any, env: Any, env_id: str, episodes: int, seed: i
         report.lengths.append(result.length)
     report.seconds = time.perf_counter() - t0
     report.policy_ms_per_step = 1000 * timed.seconds / max(1, timed.calls)
+    return report
+
+
+def vector_info(info: dict[str, Any], key: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(``info[key]`` of a vector step as (n,) bools, which envs reported it) (False / not where none did)."""
+    value = info.get(key)
+    if value is None:
+        return np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    mask = np.asarray(info.get(f"_{key}", np.ones(n, dtype=bool)), dtype=bool)
+    return np.where(mask, np.asarray(value).astype(bool), False), mask
+
+
+def evaluate_vector(policy: Policy, env: gym.vector.VectorEnv, env_id: str, seed: int, keys: Sequence[str],
+                    error_keys: tuple[str, str] | None = None) -> EvalReport:
+    """Run the first episode of every env of ``env`` (reset with ``seed + i``) with ``policy``, all together.
+
+    Each step feeds the observations' ``keys`` (a flat observation: as ``state``) to ``policy.predict_chunk``
+    and executes its first action. Reports the runtime's success and ``success_at_last_step``; with
+    ``error_keys`` also ``final_error`` and ``episode_error`` (see :data:`EXTRA_METRICS`).
+    """
+    n = env.num_envs
+    t0 = time.perf_counter()
+    obs, _ = env.reset(seed=seed)
+    done = np.zeros(n, dtype=bool)
+    success = SuccessTracker(n)
+    returns, lengths, failed = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    final_error, error_sum = np.full(n, math.nan), np.zeros(n)
+    policy_s = 0.0
+    for step in range(MAX_VECTOR_STEPS):
+        batch = ({k: np.asarray(obs[k])[:, None] for k in keys} if isinstance(obs, dict)
+                 else {"state": np.asarray(obs)[:, None]})
+        t = time.perf_counter()
+        action = policy.predict_chunk(batch)[:, 0]
+        policy_s += time.perf_counter() - t
+        obs, reward, terminated, truncated, info = env.step(action)
+        live = ~done
+        ended = (np.asarray(terminated) | np.asarray(truncated)) & live
+        success.observe(step, *vector_info(info, "is_success", n), live=live)
+        error = (np.linalg.norm(np.asarray(obs[error_keys[0]], np.float64) - np.asarray(obs[error_keys[1]], np.float64),
+                                axis=1) if error_keys is not None and isinstance(obs, dict) else np.full(n, math.nan))
+        returns[live] += np.asarray(reward, np.float64)[live]
+        lengths[live] += 1
+        error_sum[live] += error[live]
+        failed[ended] = np.asarray(terminated, bool)[ended]
+        final_error[ended] = error[ended]
+        done |= ended
+        if done.all():
+            break
+    report = EvalReport(env_id=env_id, seeds=[seed + i for i in range(n)],
+                        successes=[bool(success.success(i)) for i in range(n)], returns=returns.tolist(),
+                        lengths=lengths.tolist(), failures=failed.tolist(), seconds=time.perf_counter() - t0,
+                        policy_ms_per_step=1000 * policy_s / max(1, int(lengths.max(initial=0))))
+    report.extra["success_at_last_step"] = success.last.astype(float).tolist()
+    if error_keys is not None:
+        report.extra["final_error"] = final_error.tolist()
+        report.extra["episode_error"] = (error_sum / np.maximum(lengths, 1)).tolist()
     return report
 
 

@@ -366,7 +366,7 @@ class DSRLAlgorithm(OffPolicyAlgorithm):
     def parameters(self) -> list[torch.Tensor]:
         """Noise actor, both critics and the temperature."""
         d = self.dsrl
-        return [*d.actor.parameters(), *d.q_action.parameters(), *d.q_noise.parameters(), d.log_alpha]
+        return [*d.actor.parameters(), *d.critic.parameters(), *d.q_noise.parameters(), d.log_alpha]
 
     def can_publish(self) -> bool:
         """As OffPolicyAlgorithm's, and the base still has the weights it was loaded with (else: failure)."""

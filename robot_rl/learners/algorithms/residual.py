@@ -30,7 +30,7 @@ from robot_rl.core.spaces import SpecError
 from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward
 from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent, SACAlgorithm
-from robot_rl.learners.sac_rlpd import SACConfig
+from robot_rl.learners.sac_rlpd import SACLearnerConfig
 
 __all__ = [
     "ALGORITHM",
@@ -62,7 +62,7 @@ class ResidualConfig(OffPolicyConfig):
     state_keys: list[str] = field(default_factory=list)
     """Observation keys the actor and critics see (besides the base action); empty: every 1-D float key of
     the first transition, sorted by name."""
-    sac: SACConfig = field(default_factory=SACConfig)
+    sac: SACLearnerConfig = field(default_factory=SACLearnerConfig)
     """SAC / RLPD settings; its ``state_keys``, ``residual_scale`` and ``device`` are set from this section
     and ``learner.device``."""
 

@@ -23,7 +23,7 @@ from typing import Any
 from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.off_policy import OffPolicyConfig, TaskReward
 from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent, SACAlgorithm
-from robot_rl.learners.sac_rlpd import SACConfig
+from robot_rl.learners.sac_rlpd import SACLearnerConfig
 
 
 @dataclass
@@ -32,7 +32,7 @@ class RLPDConfig(OffPolicyConfig):
 
     state_keys: list[str] = field(default_factory=list)
     """Observation keys the actor and critics see; empty: every 1-D float key of the first step, sorted."""
-    sac: SACConfig = field(default_factory=SACConfig)
+    sac: SACLearnerConfig = field(default_factory=SACLearnerConfig)
     """SAC settings (RLPD's: 10 critics, 2 in the target, UTD ratio in ``utd_ratio``)."""
 
 
