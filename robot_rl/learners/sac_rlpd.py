@@ -86,6 +86,7 @@ class SACLearner(SAC):
     """The SAC of :mod:`robot_rl.learners.sac` on state vectors; :meth:`update` on RLPD batches."""
 
     config: SACLearnerConfig
+    actor: GaussianActor
 
     def __init__(self, config: SACLearnerConfig, state_dims: dict[str, int], action_dim: int, seed: int = 0) -> None:
         if not config.state_keys:

@@ -28,7 +28,7 @@ import numpy as np
 from robot_rl.control.rotations import quat_to_mat
 from robot_rl.control.targets import BodyRateTarget, JointTarget, PoseTarget
 from robot_rl.core import ControlMode, SpecError
-from robot_rl.robots import cf2x
+from robot_rl.robots import cf2x, robot_module
 from robot_rl.robots.descriptions import description
 from robot_rl.runtime.arm_actions import CartesianDeltaIntegrator, workspace
 
