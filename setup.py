@@ -127,7 +127,7 @@ setup(
         # benchmarks/sb3_sac_pick_lift.py: stable-baselines3 SAC as the outside reference (uses the torch above).
         "bench": ["stable-baselines3>=2.4"],
         # Fleets across machines: the learner and simulated actors as Ray actors placed on a cluster's nodes
-        # (robot_rl.learners.ray_fleet). Real robots join over TCP without it (robot_rl.learners.tcp_transport).
+        # (robot_rl.learners.ray_fleet). Real robots join over TCP without it (robot_rl.fleet.tcp_transport).
         "fleet": ["ray>=2.60,<3"],
         # Real robots through their vendors' protocols: Unitree's DDS topics spoken with Eclipse Cyclone DDS
         # (the transport Unitree's own SDK uses; its IDL types are declared in robot_rl.hardware), Bitcraze's

@@ -4,8 +4,8 @@
 
 1. Ingest: sender processes stream pre-built transition batches (state-only, or with a 64x64 RGB camera in
    the observation and the next observation) to a receiver that decodes them, as the learner does. Three
-   transports: this machine's socket (robot_rl.learners.transport), TCP with the exactly-once outbox (every
-   batch fsynced on the actor before it is sent; robot_rl.learners.tcp_transport), and Ray actor calls
+   transports: this machine's socket (robot_rl.fleet.transport), TCP with the exactly-once outbox (every
+   batch fsynced on the actor before it is sent; robot_rl.fleet.tcp_transport), and Ray actor calls
    (a sink actor's method takes the safetensors bytes; what using Ray itself for transitions would give).
 2. Weight push: a 10 M-parameter policy (40 MB of float32 safetensors) published once, to 4 actors: over TCP
    (each actor's reader checks SHA-256 and writes ``v<N>/`` into its weights folder, kept in /dev/shm) and
@@ -31,11 +31,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from robot_rl.core.transition import Transition
+from robot_rl.core.transition_columns import decode_transitions, encode_transitions
+from robot_rl.fleet.delivery import Outbox
+from robot_rl.fleet.tcp_transport import TcpActorClient, TcpTransitionServer
+from robot_rl.fleet.transport import SocketTransitionClient, SocketTransitionServer
 from robot_rl.fleet.wire import pack_weights
-from robot_rl.learners.buffers import decode_transitions, encode_transitions
-from robot_rl.learners.delivery import Outbox
-from robot_rl.learners.tcp_transport import TcpActorClient, TcpTransitionServer
-from robot_rl.learners.transport import SocketTransitionClient, SocketTransitionServer
 
 KEY = b"b" * 32
 
@@ -157,7 +157,7 @@ def _weights_folder(root: Path, params: int) -> Path:
 
 
 def _tcp_weights_actor(port: int, folder: str, name: str, ready: Any, done: Any) -> None:
-    from robot_rl.learners.tcp_transport import weights_in_memory
+    from robot_rl.fleet.tcp_transport import weights_in_memory
 
     weights_in_memory(Path(folder))  # as run_remote_actor does
     client = TcpActorClient(("127.0.0.1", port), KEY, name, Outbox(os.path.join(folder, "outbox")),

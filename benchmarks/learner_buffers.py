@@ -24,9 +24,9 @@ import torch
 from torch import nn
 
 from robot_rl.core.transition import Transition
+from robot_rl.fleet.transport import SocketTransitionClient, SocketTransitionServer
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.sac import CriticEnsemble
-from robot_rl.learners.transport import SocketTransitionClient, SocketTransitionServer
 
 
 def transition(i: int, image: bool = True) -> Transition:

@@ -29,8 +29,8 @@ from robot_rl.core.config import load_config
 from robot_rl.learners.actor_process import PUBLISHED_MARKERS, evaluation_agent
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.transport import list_versions
 from robot_rl.policies.base import Policy
+from robot_rl.runtime.weights import list_versions
 from robot_rl.training.evaluate import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,8 +40,8 @@ from robot_rl.core.config import load_config
 from robot_rl.learners.algorithms.residual import MARKER, ResidualActorWeights, ResidualAgent
 from robot_rl.learners.online import collect, run_online
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.transport import list_versions
 from robot_rl.runtime.episode import run_episode
+from robot_rl.runtime.weights import list_versions
 from robot_rl.sim.experts import expert_for
 from robot_rl.training.task_metrics import TASK_METRICS, TaskMetric
 

@@ -218,7 +218,7 @@ def test_a_diverging_regression_stops_and_says_so() -> None:
 def _pose_target_store(path: Path, speed: float) -> tuple[Path, np.ndarray]:
     """An arm log as recorder_node writes it: absolute tool targets (control_mode cartesian_pose), the measured
     tool pose and qpos/qvel; the targets come from known delta actions through the arm envs' integrator."""
-    from robot_rl.sim.arm_actions import CartesianDeltaIntegrator
+    from robot_rl.runtime.arm_actions import CartesianDeltaIntegrator
 
     rng = np.random.default_rng(1)
     integrator = CartesianDeltaIntegrator(10.0)

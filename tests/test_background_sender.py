@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from robot_rl.core.transition import Transition
-from robot_rl.learners.transport import (
+from robot_rl.fleet.transport import (
     BackgroundSender,
     ReconnectingSender,
     SocketTransitionServer,

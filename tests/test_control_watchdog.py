@@ -14,7 +14,7 @@ from robot_rl.control.stepping import StateIndex, step_physics
 from robot_rl.control.watchdog import Watchdog, WorkspaceBox, check_pose_target
 from robot_rl.core.config import ConfigError
 from robot_rl.robots import cf2x, description
-from robot_rl.sim.arm_actions import WORKSPACE_HIGH, WORKSPACE_LOW, CartesianDeltaIntegrator
+from robot_rl.runtime.arm_actions import WORKSPACE_HIGH, WORKSPACE_LOW, CartesianDeltaIntegrator
 
 
 def test_watchdog_ages_and_staleness() -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from robot_rl.core.transition import Transition
-from robot_rl.learners.buffers import decode_transitions
-from robot_rl.learners.delivery import Inbox, Outbox
+from robot_rl.core.transition_columns import decode_transitions
+from robot_rl.fleet.delivery import Inbox, Outbox
 
 
 def step(actor: int, k: int) -> Transition:

@@ -18,12 +18,13 @@ from collections import Counter
 from pathlib import Path
 
 from robot_rl.core.config import load_config, save_config
+from robot_rl.core.transition_columns import decode_transitions
+from robot_rl.fleet.delivery import Outbox, read_commit, read_journal, row_digests, transition_digest
 from robot_rl.fleet.fleet_status import format_status, read_status
-from robot_rl.learners.buffers import ReplayBuffer, decode_transitions
-from robot_rl.learners.delivery import Outbox, read_commit, read_journal, row_digests, transition_digest
+from robot_rl.fleet.remote_run import actor_folder
+from robot_rl.fleet.wire import CONFIG_FILE, read_secret
+from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.remote_run import actor_folder
-from robot_rl.learners.roles import CONFIG_FILE, read_secret
 
 QUAD = "robot_rl/QuadHover-RealStandIn-v0"
 SMALL = ["learner.residual.sac.hidden=32", "learner.residual.sac.num_critics=2", "learner.residual.sac.batch_size=32",

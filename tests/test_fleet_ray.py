@@ -25,9 +25,9 @@ import pytest
 
 pytest.importorskip("ray")
 from robot_rl.core.config import load_config, save_config
+from robot_rl.fleet.delivery import read_commit, read_journal, row_digests
 from robot_rl.fleet.fleet_status import read_status
 from robot_rl.learners.buffers import ReplayBuffer
-from robot_rl.learners.delivery import read_commit, read_journal, row_digests
 from robot_rl.learners.online_config import OnlineConfig
 
 pytestmark = pytest.mark.slow

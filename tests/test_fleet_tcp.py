@@ -10,17 +10,17 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.core.transition import Transition
+from robot_rl.fleet.delivery import Inbox, Outbox
+from robot_rl.fleet.tcp_transport import TcpActorClient, TcpTransitionServer
 from robot_rl.fleet.wire import client_handshake, recv_frame, send_frame
-from robot_rl.learners.delivery import Inbox, Outbox
-from robot_rl.learners.tcp_transport import TcpActorClient, TcpTransitionServer
 
 KEY = b"k" * 32
 
 ACTOR = """
 import sys, numpy as np
 from robot_rl.core.transition import Transition
-from robot_rl.learners.delivery import Outbox
-from robot_rl.learners.tcp_transport import TcpActorClient
+from robot_rl.fleet.delivery import Outbox
+from robot_rl.fleet.tcp_transport import TcpActorClient
 from robot_rl.fleet.wire import AuthError
 port, key, folder = int(sys.argv[1]), bytes.fromhex(sys.argv[2]), sys.argv[3]
 client = TcpActorClient(("127.0.0.1", port), key, "remote", Outbox(folder), info={"task": "reach"})

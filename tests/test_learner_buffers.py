@@ -9,13 +9,8 @@ import pytest
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
-from robot_rl.learners.buffers import (
-    ReplayBuffer,
-    decode_transitions,
-    encode_transitions,
-    mixed_sample,
-    route,
-)
+from robot_rl.core.transition_columns import decode_transitions, encode_transitions
+from robot_rl.learners.buffers import ReplayBuffer, mixed_sample, route
 
 
 def make(i: int, human: bool = False, image: bool = True) -> Transition:

@@ -26,11 +26,11 @@ from robot_rl.learners.dsrl import DSRLConfig, decisions_from_steps
 from robot_rl.learners.learner_process import OnlineLearner
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.transport import WeightsPublisher, list_versions
 from robot_rl.policies.base import Policy, PolicySpec
 from robot_rl.policies.flow import FlowConfig, FlowPolicy
 from robot_rl.runtime.episode import to_observation
 from robot_rl.runtime.policy_runner import PolicyRunner
+from robot_rl.runtime.weights import WeightsPublisher, list_versions
 from robot_rl.sim.experts import expert_for
 
 H, A, TO, N = 4, 2, 2, 2

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from robot_rl.core.config import save_config
-from robot_rl.learners.algorithms.residual import ResidualActorWeights, ResidualConfig
-from robot_rl.learners.graph_actor import StreamedResidual, check_streamable, read_run_config
+from robot_rl.fleet.wire import CONFIG_FILE
+from robot_rl.learners.algorithms.residual import ResidualActorWeights, ResidualConfig, StreamedResidual
+from robot_rl.learners.graph_actor import check_streamable, read_run_config
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.roles import CONFIG_FILE
 from robot_rl.learners.sac_rlpd import GaussianActor
 from robot_rl.runtime.step_stream import StepStream
 

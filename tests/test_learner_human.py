@@ -98,8 +98,8 @@ class ListSender:
 
 def test_run_episode_labels_segments_and_streams_during_the_episode(env: gym.Env) -> None:
     from robot_rl.core.transition import SegmentSource
+    from robot_rl.fleet.transport import BatchingSender
     from robot_rl.learners.credit import assign_credit
-    from robot_rl.learners.transport import BatchingSender
     from robot_rl.runtime.episode import EpisodeHooks, run_episode
 
     expert = expert_for(env)

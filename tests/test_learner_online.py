@@ -18,20 +18,15 @@ import pytest
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config, save_config
 from robot_rl.core.transition import Transition
+from robot_rl.fleet.delivery import read_commit
+from robot_rl.fleet.transport import ReconnectingSender, SocketTransitionServer, load_or_create_key, socket_address
 from robot_rl.learners.buffers import ReplayBuffer
-from robot_rl.learners.delivery import read_commit
 from robot_rl.learners.online import CONFIG_FILE, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.simulated_human import SimulatedHuman, SimulatedHumanConfig
 from robot_rl.learners.task_risk import pick_lift_grasp_risk, task_risk
-from robot_rl.learners.transport import (
-    ReconnectingSender,
-    SocketTransitionServer,
-    list_versions,
-    load_or_create_key,
-    socket_address,
-)
 from robot_rl.runtime.episode import run_episode
+from robot_rl.runtime.weights import list_versions
 from robot_rl.sim.experts.arm import expert_for
 
 

@@ -30,8 +30,8 @@ from robot_rl.learners.learner_process import OnlineLearner
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.sac_rlpd import SACLearner
-from robot_rl.learners.transport import list_versions
 from robot_rl.runtime.episode import run_episode
+from robot_rl.runtime.weights import list_versions
 from robot_rl.sim.experts import expert_for
 
 QUAD = "robot_rl/QuadHover-RealStandIn-v0"

@@ -27,8 +27,8 @@ from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.sac_online import MARKER, ActorWeights, SACAgent
 from robot_rl.learners.sac_rlpd import SACLearnerConfig
 from robot_rl.learners.task_success import observed_success, pick_lift_success
-from robot_rl.learners.transport import list_versions
 from robot_rl.runtime.episode import run_episode
+from robot_rl.runtime.weights import list_versions
 from robot_rl.sim.experts import expert_for
 
 PICK = "robot_rl/ArmPickLift-v0"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from robot_rl.core.transition import SegmentSource
+from robot_rl.runtime.arm_actions import CartesianDeltaIntegrator, cartesian_delta_relabel
 from robot_rl.runtime.step_stream import StepStream
-from robot_rl.sim.arm_actions import CartesianDeltaIntegrator, cartesian_delta_relabel
 
 
 def test_delta_between_inverts_the_integrator() -> None:

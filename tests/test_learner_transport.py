@@ -15,14 +15,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from robot_rl.core.transition import Transition
-from robot_rl.learners.transport import (
-    SOCKET_SEND_BUFFER,
-    SocketTransitionClient,
-    SocketTransitionServer,
-    WeightsPublisher,
-    WeightsWatcher,
-    list_versions,
-)
+from robot_rl.fleet.transport import SOCKET_SEND_BUFFER, SocketTransitionClient, SocketTransitionServer
+from robot_rl.runtime.weights import WeightsPublisher, WeightsWatcher, list_versions
 
 
 def actor(address: str, authkey: bytes, weights: str, actor_id: int, steps: int) -> None:

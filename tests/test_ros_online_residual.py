@@ -30,10 +30,11 @@ from std_msgs.msg import Float64, Float64MultiArray, Int64, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 from test_ros_policy_node import _policy  # noqa: E402
 
-from robot_rl.learners.buffers import ReplayBuffer, decode_transitions  # noqa: E402
-from robot_rl.learners.delivery import read_commit, row_digests, transition_digest  # noqa: E402
-from robot_rl.learners.remote_run import actor_folder  # noqa: E402
-from robot_rl.learners.transport import load_or_create_key  # noqa: E402
+from robot_rl.core.transition_columns import decode_transitions  # noqa: E402
+from robot_rl.fleet.delivery import read_commit, row_digests, transition_digest  # noqa: E402
+from robot_rl.fleet.remote_run import actor_folder  # noqa: E402
+from robot_rl.fleet.transport import load_or_create_key  # noqa: E402
+from robot_rl.learners.buffers import ReplayBuffer  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.qos import LATCHED  # noqa: E402
 

@@ -22,7 +22,7 @@ from robot_rl.ros.conversions import pose_from_msg, stamp_to_seconds  # noqa: E4
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
 from robot_rl.ros.teleop_node import LATCHED  # noqa: E402
-from robot_rl.sim.envs.arm_base import WORKSPACE_HIGH, WORKSPACE_LOW  # noqa: E402
+from robot_rl.runtime.arm_actions import WORKSPACE_HIGH, WORKSPACE_LOW  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 

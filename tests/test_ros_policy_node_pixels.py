@@ -25,7 +25,7 @@ from robot_rl.robots import panda  # noqa: E402
 from robot_rl.ros.conversions import image_to_msg, joint_state_to_msg, pose_from_msg, pose_to_msg  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file, write_node_launch_file  # noqa: E402
-from robot_rl.sim.arm_actions import MAX_LIN_SPEED, WORKSPACE_HIGH, WORKSPACE_LOW  # noqa: E402
+from robot_rl.runtime.arm_actions import MAX_LIN_SPEED, WORKSPACE_HIGH, WORKSPACE_LOW  # noqa: E402
 
 pytestmark = pytest.mark.ros
 

@@ -15,13 +15,14 @@ from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.data.recorder import record
 from robot_rl.data.schema import DatasetInfo
 from robot_rl.data.store import EpisodeStore
+from robot_rl.fleet.transport import BatchingSender
 from robot_rl.learners.simulated_human import SimulatedHuman, SimulatedHumanConfig
 from robot_rl.learners.task_risk import task_risk
-from robot_rl.learners.transport import BatchingSender, WeightsPublisher
 from robot_rl.policies import get_policy_class
 from robot_rl.policies.base import Policy, PolicySpec
 from robot_rl.runtime import EpisodeHooks, SegmentLabeller, run_episode
 from robot_rl.runtime.policy_runner import PolicyRunner
+from robot_rl.runtime.weights import WeightsPublisher
 from robot_rl.sim.experts import expert_for
 from robot_rl.training.evaluate import evaluate
 

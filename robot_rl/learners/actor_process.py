@@ -26,13 +26,13 @@ import torch
 from tqdm import tqdm
 
 import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
+from robot_rl.fleet.remote_run import RemoteRun
+from robot_rl.fleet.transport import BatchingSender, local_sender
 from robot_rl.learners.algorithms import registry
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.remote_run import RemoteRun
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
 from robot_rl.learners.simulated_human import SimulatedHuman
 from robot_rl.learners.task_risk import task_risk
-from robot_rl.learners.transport import BatchingSender, local_sender
 from robot_rl.runtime.episode import EpisodeHooks, run_episode
 from robot_rl.sim.experts import expert_for
 
@@ -70,7 +70,7 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     """Run ``cfg.actor.episodes`` episodes as actor ``index``; returns (and logs) one record per episode.
 
     ``sender``: where the transitions go (default: the learner of ``run`` on this machine); a
-    :class:`~robot_rl.learners.tcp_transport.TcpActorClient` for a learner on another machine (its weights
+    :class:`~robot_rl.fleet.tcp_transport.TcpActorClient` for a learner on another machine (its weights
     arrive in ``run/weights``). ``stop``: set it to end the run after the current episode (SIGTERM and
     SIGINT do the same when this runs on the main thread).
     """

@@ -31,7 +31,6 @@ import yaml
 from robot_rl.core.config import ConfigError
 from robot_rl.fleet.wire import CONFIG_FILE, parse_address, read_secret, tls_client_context
 from robot_rl.learners.algorithms import registry
-from robot_rl.learners.algorithms.residual import NORMALISED_MODES, StreamedResidual  # noqa: F401  (re-exported)
 from robot_rl.learners.online_config import OnlineConfig, load_run_config
 
 
@@ -71,11 +70,11 @@ class LearnerLink:
     def __init__(self, run: str = "", connect: str = "", secret_file: str = "", workdir: str = "robot_rl_actor",
                  tls_ca: str = "", name: str = "", info: dict[str, Any] | None = None) -> None:
         self.remote: Any = None
-        """The :class:`~robot_rl.learners.remote_run.RemoteRun` of a learner on another machine, else None."""
+        """The :class:`~robot_rl.fleet.remote_run.RemoteRun` of a learner on another machine, else None."""
         self.local = Path(run) if run and not connect else None
         if connect:
             from robot_rl.fleet.fleet_status import this_host
-            from robot_rl.learners.remote_run import RemoteRun
+            from robot_rl.fleet.remote_run import RemoteRun
 
             tls = tls_client_context(tls_ca) if tls_ca else None
             self.remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or this_host(),

@@ -43,20 +43,16 @@ import numpy as np
 import torch
 
 from robot_rl.core.transition import Transition
+from robot_rl.core.transition_columns import decode_transitions, encode_transitions
+from robot_rl.fleet.delivery import Inbox, read_commit, write_commit
 from robot_rl.fleet.fleet_status import FleetStatus, this_host
+from robot_rl.fleet.tcp_transport import TcpTransitionServer
+from robot_rl.fleet.transport import SocketTransitionServer, announce, load_or_create_key, socket_address
 from robot_rl.fleet.wire import CONFIG_FILE, pack_weights, parse_address, tls_server_context
 from robot_rl.learners.algorithms import registry
-from robot_rl.learners.buffers import ReplayBuffer, decode_transitions, encode_transitions, truncate_saved
-from robot_rl.learners.delivery import Inbox, read_commit, write_commit
+from robot_rl.learners.buffers import ReplayBuffer, truncate_saved
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.tcp_transport import TcpTransitionServer
-from robot_rl.learners.transport import (
-    SocketTransitionServer,
-    WeightsPublisher,
-    announce,
-    load_or_create_key,
-    socket_address,
-)
+from robot_rl.runtime.weights import WeightsPublisher
 
 
 class LearnerAlgorithm(Protocol):

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from robot_rl.core.config import save_config
+from robot_rl.fleet.wire import CONFIG_FILE
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.roles import CONFIG_FILE, command
+from robot_rl.learners.roles import command
 
 
 @dataclass

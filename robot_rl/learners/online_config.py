@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.device import check_device_name
+from robot_rl.fleet.transport import PENDING_LIMIT, SEND_QUEUE
 from robot_rl.fleet.wire import CONFIG_FILE, parse_address
 from robot_rl.learners.algorithms import registry
 from robot_rl.learners.algorithms.dsrl_online import DSRLRunConfig
@@ -18,7 +19,6 @@ from robot_rl.learners.algorithms.hg_dagger import HGDAggerConfig
 from robot_rl.learners.algorithms.residual import ResidualConfig
 from robot_rl.learners.algorithms.rlpd import RLPDConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
-from robot_rl.learners.transport import PENDING_LIMIT, SEND_QUEUE
 from robot_rl.paths import package_share_dir
 
 

@@ -2,7 +2,7 @@
 
 ``robot-rl online run --ray [ADDRESS]`` calls :func:`run_on_ray`. The learner is a Ray actor that declares
 ``fleet.learner_resources`` (e.g. ``num_gpus: 1`` puts it on a GPU node) and serves the same TCP endpoint
-robots join (robot_rl.learners.tcp_transport); each simulated actor declares ``fleet.actor_resources`` and
+robots join (robot_rl.fleet.tcp_transport); each simulated actor declares ``fleet.actor_resources`` and
 joins it exactly like a robot would, from whichever node Ray placed it on. So one protocol carries every
 actor: the same authentication, the same exactly-once delivery (outboxes on each node's disk, numbered
 per actor id) and the same per-actor status. Ray does the placement, the processes and their lifetime;
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.config import save_config
+from robot_rl.fleet.transport import load_or_create_key
 from robot_rl.fleet.wire import CONFIG_FILE, pack_weights
 from robot_rl.learners.online import OnlineResult, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.transport import load_or_create_key
 
 
 class LearnerWorker:
@@ -123,8 +123,8 @@ class ActorWorker:
         import ray
 
         from robot_rl.fleet.fleet_status import this_host
+        from robot_rl.fleet.remote_run import RemoteRun
         from robot_rl.learners.actor_process import run_remote_actor
-        from robot_rl.learners.remote_run import RemoteRun
 
         workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
         remote = RemoteRun((address[0], address[1]), key, workdir, f"ray-{index}", info={"host": this_host()},

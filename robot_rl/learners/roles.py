@@ -21,16 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.config import ConfigError
-from robot_rl.fleet.wire import CONFIG_FILE, AuthError, parse_address, read_secret
+from robot_rl.fleet.wire import AuthError, parse_address, read_secret
 from robot_rl.learners.online_config import load_run_config
 
 __all__ = [
-    "CONFIG_FILE",
     "command",
     "exit_with_parent",
-    "load_run_config",
     "main",
-    "read_secret",
     "run_actor_role",
     "run_learner",
     "run_remote_actor_role",
@@ -69,9 +66,9 @@ def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | 
                           log: Callable[[str], None] = _say) -> list[dict[str, Any]]:
     """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes."""
     from robot_rl.fleet.fleet_status import this_host
+    from robot_rl.fleet.remote_run import RemoteRun
     from robot_rl.fleet.wire import tls_client_context
     from robot_rl.learners.actor_process import run_remote_actor
-    from robot_rl.learners.remote_run import RemoteRun
 
     remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or f"{this_host()}-{index or 0}",
                        tls_client_context(tls_ca) if tls_ca else None, {"host": this_host()})

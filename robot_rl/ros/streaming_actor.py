@@ -19,7 +19,7 @@ import numpy as np
 from rclpy.node import Node
 from std_msgs.msg import Bool, Float64, String
 
-from robot_rl.learners.transport import BatchingSender, local_sender
+from robot_rl.fleet.transport import BatchingSender, local_sender
 from robot_rl.ros.qos import EVENTS, LATCHED
 from robot_rl.runtime.step_stream import Relabel, StepStream
 

@@ -19,8 +19,8 @@ from robot_rl.learners.algorithms.residual import (
     ResidualAlgorithm,
     ResidualConfig,
 )
-from robot_rl.learners.transport import WeightsPublisher, list_versions
 from robot_rl.runtime.episode import run_episode
+from robot_rl.runtime.weights import WeightsPublisher, list_versions
 from robot_rl.sim.experts import expert_for
 
 

@@ -40,14 +40,11 @@ from robot_rl.control.targets import JointTarget, PoseTarget
 from robot_rl.core import ActionSpec, ControlMode, FieldSpec, SpecError
 from robot_rl.robots import actuator_indices, dof_indices, qpos_indices, scenes
 from robot_rl.robots.descriptions import Gripper
-from robot_rl.runtime.arm_actions import (  # noqa: F401 - re-exported for the experts and tests
-    MAX_ANG_SPEED,
-    MAX_LIN_SPEED,
+from robot_rl.runtime.arm_actions import (
     WORKSPACE,
     WORKSPACE_HIGH,
     WORKSPACE_LOW,
     CartesianDeltaIntegrator,
-    rpy_matrix,
 )
 from robot_rl.sim.backend import SubstepLoop, joint_pd_law
 from robot_rl.sim.base_env import RobotEnv

@@ -14,7 +14,7 @@ import numpy as np
 
 from robot_rl.control.rotations import quat_to_mat, quat_yaw
 from robot_rl.robots import scenes
-from robot_rl.sim.envs.arm_base import MAX_ANG_SPEED, MAX_LIN_SPEED
+from robot_rl.runtime.arm_actions import MAX_ANG_SPEED, MAX_LIN_SPEED
 from robot_rl.sim.envs.arm_multitask import LIFT, PUSH, REACH, TASK_ID_KEY, TASKS
 from robot_rl.sim.envs.arm_pick_lift import LIFT_HEIGHT
 

@@ -33,15 +33,8 @@ from typing import Any, Protocol
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
-from robot_rl.fleet.reconnect import RECONNECT_EVERY_S, Reconnect  # noqa: F401  (RECONNECT_EVERY_S: re-exported)
-from robot_rl.learners.buffers import decode_transitions, encode_transitions
-from robot_rl.runtime.weights import (  # noqa: F401  (re-exported: the weights moved below the runtime)
-    VERSION_DIR,
-    WeightsFollower,
-    WeightsPublisher,
-    WeightsWatcher,
-    list_versions,
-)
+from robot_rl.core.transition_columns import decode_transitions, encode_transitions
+from robot_rl.fleet.reconnect import Reconnect
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Largest accepted transition batch (a corrupt length header must not allocate gigabytes)."""

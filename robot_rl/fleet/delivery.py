@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from robot_rl.core.transition import Transition
-from robot_rl.learners.buffers import decode_transitions, encode_transitions
+from robot_rl.core.transition_columns import decode_transitions, encode_transitions
 
 BATCH_FILE = re.compile(r"^(\d{12})\.safetensors$")
 JOURNAL_FILE = "journal.jsonl"

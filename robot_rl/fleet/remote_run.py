@@ -1,7 +1,7 @@
 """An actor on another machine joins a learner: the run mirrored into a local folder (config, weights, outbox).
 
 Every remote actor joins this way: the actor process (:func:`~robot_rl.learners.actor_process.run_remote_actor`),
-Ray's actors and the ROS policy node. The transport underneath is :mod:`robot_rl.learners.tcp_transport`.
+Ray's actors and the ROS policy node. The transport underneath is :mod:`robot_rl.fleet.tcp_transport`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from robot_rl.fleet.delivery import Outbox
 from robot_rl.fleet.reconnect import retry
+from robot_rl.fleet.tcp_transport import TcpActorClient
 from robot_rl.fleet.wire import CONFIG_FILE, AuthError, FrameError
-from robot_rl.learners.delivery import Outbox
-from robot_rl.learners.tcp_transport import TcpActorClient
 
 
 class RemoteRun:

@@ -2,7 +2,7 @@
 
 The learner listens on a TCP port (optionally TLS); an actor (a simulated one, or the ROS policy node of a
 real robot) connects, proves it knows the run's secret (robot_rl.fleet.wire), is told how far the
-learner's checkpoint holds its batches, re-sends the rest from its :class:`~robot_rl.learners.delivery.Outbox`
+learner's checkpoint holds its batches, re-sends the rest from its :class:`~robot_rl.fleet.delivery.Outbox`
 and then streams new batches. The learner acknowledges batches only after a checkpoint holds them
 (:meth:`TcpTransitionServer.acknowledge`), so a learner killed at any moment loses nothing and stores
 nothing twice. Payloads are safetensors bytes; a malformed, oversized or out-of-order batch drops that
@@ -14,7 +14,7 @@ Weights go the other way on the same connection: the learner packs each publishe
 not sent yet (a slow link skips versions instead of queueing them); the actor checks sizes and hashes and
 writes ``v<N>/`` into its own weights folder, where the usual follower swaps it in between chunks.
 
-Same interface as the one-machine socket (:class:`~robot_rl.learners.transport.TransitionReceiver`), plus
+Same interface as the one-machine socket (:class:`~robot_rl.fleet.transport.TransitionReceiver`), plus
 per-actor bookkeeping for ``robot-rl online status``.
 """
 
@@ -34,7 +34,9 @@ from typing import Any
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
-from robot_rl.fleet.reconnect import RECONNECT_EVERY_S, Reconnect, retry  # noqa: F401  (re-exported)
+from robot_rl.core.transition_columns import decode_transitions
+from robot_rl.fleet.delivery import Inbox, Outbox
+from robot_rl.fleet.reconnect import Reconnect
 from robot_rl.fleet.wire import (
     DEFAULT_MAX_PAYLOAD,
     AuthError,
@@ -45,8 +47,6 @@ from robot_rl.fleet.wire import (
     server_handshake,
     unpack_weights,
 )
-from robot_rl.learners.buffers import decode_transitions
-from robot_rl.learners.delivery import Inbox, Outbox
 
 log = logging.getLogger(__name__)
 MAX_WEIGHTS_BYTES = 4 * 1024 * 1024 * 1024
