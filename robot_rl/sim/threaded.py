@@ -77,8 +77,10 @@ class PhysicsPool:
         return reasons
 
     def step(self, envs: list[RobotEnv], actions: np.ndarray, outcome: bool = True) -> list[StepResult]:
-        """One ``env.step(actions[i])`` of every env, their physics in parallel (``outcome``: see
-        :meth:`RobotEnv.step_stages`)."""
+        """One ``env.step(actions[i])`` of every env, their physics in parallel.
+
+        ``outcome=False``: physics only, see :meth:`RobotEnv.step_stages`.
+        """
         stages = {i: env.step_stages(a, outcome) for i, (env, a) in enumerate(zip(envs, actions))}
         pending = {i: next(st) for i, st in stages.items()}
         results = finish_steps(stages, pending, lambda requests: self.run(envs, requests))
