@@ -142,3 +142,18 @@ def test_replay_step_is_the_full_step_without_its_outcome() -> None:
                 assert r[1:4] == (0.0, False, False) and f[3] is False
     finally:
         pool.close()
+
+
+def test_fits_run_torch_on_one_thread_and_restore_the_callers_setting() -> None:
+    import torch
+
+    from robot_rl.align.pipeline import one_torch_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_torch_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
