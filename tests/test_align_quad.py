@@ -116,3 +116,44 @@ def test_residual_trained_in_the_identified_simulator_removes_the_real_robots_sa
         online = yaml.safe_load((folder / "finetune" / f"residual_{m}" / "online.yaml").read_text())
         assert ("randomization" in online["actor"]["env_options"]) == (m == "sysid")
     assert (folder / "closed_loop.png").stat().st_size > 10_000
+
+
+def test_replay_step_is_the_full_step_without_its_outcome() -> None:
+    """The replays' physics-only step (``outcome=False``) moves the simulator exactly as ``env.step``."""
+    import gymnasium as gym
+    import numpy as np
+
+    import robot_rl.sim  # noqa: F401
+    from robot_rl.sim.threaded import PhysicsPool
+
+    envs = [gym.make("robot_rl/QuadHover-v0", randomization=REAL_ROBOT).unwrapped for _ in range(4)]
+    pool = PhysicsPool(2)
+    try:
+        for env in envs:
+            env.reset(seed=3)
+        rng = np.random.default_rng(0)
+        for _ in range(30):
+            actions = rng.uniform(envs[0].action_space.low, envs[0].action_space.high, (2, 4)).astype(np.float32)
+            full = pool.step(envs[:2], actions)
+            bare = pool.step(envs[2:], actions, outcome=False)
+            for a, b, f, r in zip(envs[:2], envs[2:], full, bare):
+                assert np.array_equal(a.data.qpos, b.data.qpos) and np.array_equal(a.data.qvel, b.data.qvel)
+                assert np.array_equal(a.data.ctrl, b.data.ctrl)
+                assert r[1:4] == (0.0, False, False) and f[3] is False
+    finally:
+        pool.close()
+
+
+def test_fits_run_torch_on_one_thread_and_restore_the_callers_setting() -> None:
+    import torch
+
+    from robot_rl.align.pipeline import one_torch_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_torch_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -129,7 +129,7 @@ class Replayer:
 
     def step(self, envs: Sequence[RobotEnv], actions: np.ndarray) -> np.ndarray:
         """One env step each (physics in parallel); returns which diverged."""
-        results = self.pool.step(list(envs), np.clip(actions, self.low, self.high))
+        results = self.pool.step(list(envs), np.clip(actions, self.low, self.high), outcome=False)
         return np.array([bool(r[3]) and r[4].get("truncation_reason", "") != "time_limit" for r in results])
 
     def corrected(self, actions: np.ndarray, previous: np.ndarray, qpos: np.ndarray, qvel: np.ndarray,

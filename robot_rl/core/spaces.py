@@ -169,13 +169,16 @@ class ActionSpec(_Spec):
 
     def split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """Split a flat action vector into its named parts."""
-        flat = check_array("action", np.asarray(flat), (self.dim,), None)
-        out, i = {}, 0
-        for key, spec in self._fields.items():
-            n = math.prod(spec.shape)
-            out[key] = flat[i : i + n].reshape(spec.shape).astype(spec.np_dtype)
-            i += n
-        return out
+        parts = self.__dict__.get("_parts")
+        if parts is None:  # (key, start, stop, shape, dtype) per field, worked out once: split runs every env step
+            parts, i = [], 0
+            for key, spec in self._fields.items():
+                n = math.prod(spec.shape)
+                parts.append((key, i, i + n, spec.shape, spec.np_dtype))
+                i += n
+            self._parts = parts
+        flat = check_array("action", np.asarray(flat), (parts[-1][2] if parts else 0,), None)
+        return {key: flat[a:b].reshape(shape).astype(dtype) for key, a, b, shape, dtype in parts}
 
     def join(self, parts: Mapping[str, Any]) -> np.ndarray:
         """Concatenate named parts into the flat float32 action vector."""

@@ -257,13 +257,17 @@ class RobotEnv(gym.Env):
         """Apply one policy action over ``physics_steps`` physics steps (see the module doc for bad input)."""
         return drive_step(self.step_stages(action), self.run_physics)
 
-    def step_stages(self, action: np.ndarray) -> StepStages:
+    def step_stages(self, action: np.ndarray, outcome: bool = True) -> StepStages:
         """:meth:`step` with its physics delegated to the caller.
 
         The generator yields a number of physics steps to run, takes back "" or the divergence reason, and
         returns the step's result. The one definition of a step: :meth:`step` runs the physics itself
         (:func:`drive_step`), a batched vector env runs many envs' stretches at once in C threads
         (:class:`robot_rl.sim.threaded.ThreadedVectorEnv`). Bad input raises before the first yield.
+
+        ``outcome=False`` (open-loop replays, robot_rl.align, which read the physics state themselves): the same
+        physics, but no reward, success, termination or new observation; the result carries the previous
+        observation, reward 0 and only a divergence (truncated with its ``truncation_reason``).
         """
         if self._last_obs is None or self._diverged:
             raise gym.error.ResetNeeded("call reset() before step()" if not self._diverged else
@@ -294,6 +298,9 @@ class RobotEnv(gym.Env):
             info.update(is_success=False, truncation_reason=reason, reward_terms={})
             assert self._last_obs is not None
             return self._last_obs, 0.0, False, True, info
+        if not outcome:
+            assert self._last_obs is not None
+            return self._last_obs, 0.0, False, False, info
         terms = self._reward_terms()
         success = self._is_success()
         reward = float(success) if self.config.sparse_reward else float(sum(terms.values()))

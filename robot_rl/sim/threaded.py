@@ -76,9 +76,12 @@ class PhysicsPool:
             reasons.update(future.result())
         return reasons
 
-    def step(self, envs: list[RobotEnv], actions: np.ndarray) -> list[StepResult]:
-        """One ``env.step(actions[i])`` of every env, their physics in parallel."""
-        stages = {i: env.step_stages(a) for i, (env, a) in enumerate(zip(envs, actions))}
+    def step(self, envs: list[RobotEnv], actions: np.ndarray, outcome: bool = True) -> list[StepResult]:
+        """One ``env.step(actions[i])`` of every env, their physics in parallel.
+
+        ``outcome=False``: physics only, see :meth:`RobotEnv.step_stages`.
+        """
+        stages = {i: env.step_stages(a, outcome) for i, (env, a) in enumerate(zip(envs, actions))}
         pending = {i: next(st) for i, st in stages.items()}
         results = finish_steps(stages, pending, lambda requests: self.run(envs, requests))
         return [results[i] for i in range(len(envs))]
