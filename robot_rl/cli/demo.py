@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-episodes", type=int, default=30, help="evaluation episodes before and after")
     parser.add_argument("--online-episodes", type=int, default=200, help="episodes of online fine-tuning")
     parser.add_argument("--actors", type=int, default=1, help="actor processes during online fine-tuning")
+    parser.add_argument("--eval-workers", type=int, default=default_eval_workers(),
+                        help="processes each evaluation runs its episodes in (same report; default: "
+                        "%(default)s, up to 2 CPU cores)")
     parser.add_argument("--rl-seconds", type=float, default=300.0,
                         help="wall-clock budget of reinforcement learning on the fine-tuned policy (0 skips it)")
     parser.add_argument("--rl-method", choices=sorted(RL_CONFIGS), default="dsrl",
@@ -71,6 +74,13 @@ PLOTTED_EPISODES = 2
 """Episodes of the demonstrations plotted (state/action curves and contact sheets)."""
 
 
+def default_eval_workers() -> int:
+    """Processes of each evaluation: one per CPU core, up to 2 (the episodes run on one torch thread each)."""
+    import os
+
+    return max(1, min(2, os.cpu_count() or 1))
+
+
 @dataclass
 class DemoSettings:
     """What ``robot-rl demo`` runs (its options as typed values)."""
@@ -82,6 +92,7 @@ class DemoSettings:
     eval_episodes: int = 30
     online_episodes: int = 200
     actors: int = 1
+    eval_workers: int = 1
     rl_seconds: float = 300.0
     rl_method: str = "dsrl"
     overrides: list[str] = field(default_factory=list)
@@ -213,21 +224,24 @@ class Demo:
 
         An RL version acts at its mean on the run's frozen policy; the report is saved under ``eval_<name>``.
         """
+        from functools import partial
+
         import gymnasium as gym
         import torch
 
         import robot_rl.sim  # noqa: F401
-        from robot_rl.learners.actor_process import evaluation_agent, published_marker
+        from robot_rl.learners.actor_process import evaluation_agent, published_evaluation_agent, published_marker
         from robot_rl.learners.online_config import load_run_config
         from robot_rl.policies.base import Policy
         from robot_rl.runtime.weights import list_versions
-        from robot_rl.training.evaluate import evaluate, save_report
+        from robot_rl.training.evaluate import EvalRecipe, evaluate, policy_from_folder, save_report
 
         torch.set_num_threads(1)
         env = gym.make(ENV_ID, **self.env_options())
         try:
             if rl_run is None:
                 agent = policy = Policy.load(str(policy_dir))
+                recipe = partial(policy_from_folder, str(policy_dir))
                 title = f"{name}: {policy.name} policy v{policy.version}"
             else:
                 cfg = load_run_config(rl_run)
@@ -236,8 +250,12 @@ class Demo:
                     raise RuntimeError(f"{rl_run}: RL published nothing (was the budget shorter than its warm-up?)")
                 version, folder = versions[-1]
                 agent = evaluation_agent(cfg, folder, env)
+                recipe = partial(published_evaluation_agent, str(rl_run), str(folder))
                 title = f"{name}: {cfg.policy} + {cfg.learner.algorithm} v{version}"
-            report = evaluate(agent, env, ENV_ID, self.settings.eval_episodes, EVAL_SEED, progress=True)
+            # the episodes in eval_workers processes: each seeded on its own, so the report is the sequential one
+            report = evaluate(agent, env, ENV_ID, self.settings.eval_episodes, EVAL_SEED, progress=True,
+                              workers=self.settings.eval_workers,
+                              recipe=EvalRecipe(ENV_ID, recipe, self.env_options(), threads=1))
         finally:
             env.close()
         save_report(report, self.out / f"eval_{name}", title=title)

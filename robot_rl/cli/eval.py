@@ -9,7 +9,9 @@ Prints the success rate with a 95% Wilson interval and writes eval.json and eval
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 HELP = "run a trained policy in a sim env for N seeded episodes: success rate, 95% CI and a plot"
 
@@ -32,7 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="env (SimConfig) setting, e.g. tasks=[lift_blue] or "
                         "randomization={object_rgb_jitter: 0.1} (repeatable)")
     parser.add_argument("--out", help="folder for eval.json / eval.png (default: the policy folder)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (of each process; default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes the episodes run in, this one included; the same report, each episode "
+                        "is seeded on its own (default: %(default)s)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda (default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -49,45 +55,71 @@ def run(args: argparse.Namespace) -> int:
 
     import robot_rl.sim  # noqa: F401  (registers the env ids)
     from robot_rl.cli.sim import env_overrides
-    from robot_rl.core.device import DeviceError, resolve_device
-    from robot_rl.policies.base import CheckpointError, Policy
-    from robot_rl.runtime.policy_runner import PolicyRunner
-    from robot_rl.training.evaluate import env_options_for, evaluate, save_report
+    from robot_rl.core.device import DeviceError
+    from robot_rl.policies.base import CheckpointError
+    from robot_rl.training.evaluate import EvalRecipe, env_options_for, evaluate, save_report
 
+    if args.workers < 1:
+        print(f"robot-rl eval: error: --workers: must be >= 1, got {args.workers}")
+        return 2
     torch.set_num_threads(args.threads)
+    settings = PolicySettings(args.policy, args.device, args.steps, args.exec_mode, args.action_steps, args.task)
     try:
-        policy = Policy.load(args.policy).to(resolve_device(args.device))
+        policy = settings.policy()
     except (CheckpointError, DeviceError, ValueError) as exc:
         print(f"robot-rl eval: error: {exc}")
         return 2
-    if args.steps is not None:
-        if not hasattr(policy.config, "num_inference_steps"):
-            print(f"robot-rl eval: error: --steps: a {policy.name} policy has no sampling steps")
-            return 2
-        policy.config.num_inference_steps = args.steps
-    if args.exec_mode or args.action_steps:
-        from dataclasses import replace
-
-        try:
-            ex = policy.config.executor
-            policy.set_executor(replace(ex, mode=args.exec_mode or ex.mode, n_action_steps=args.action_steps
-                                        or ex.n_action_steps))
-        except ValueError as exc:
-            print(f"robot-rl eval: error: {exc}")
-            return 2
     try:
-        options = env_options_for(policy)  # the cameras a camera policy was trained on
-        env = gym.make(args.env, **{**options, **env_overrides(args.override)})
+        options = {**env_options_for(policy), **env_overrides(args.override)}  # a camera policy's cameras
+        env = gym.make(args.env, **options)
     except (ValueError, TypeError, gym.error.Error) as exc:
         print(f"robot-rl eval: error: {exc}")
         return 2
     try:
-        # --task holds for every episode, the env's own instructions included (a swap test by hand)
-        agent = policy if args.task is None else PolicyRunner(policy, instruction=args.task)
-        report = evaluate(agent, env, args.env, args.episodes, args.seed, progress=not args.no_progress)
+        report = evaluate(settings.agent(policy), env, args.env, args.episodes, args.seed,
+                          progress=not args.no_progress, workers=args.workers,
+                          recipe=EvalRecipe(args.env, settings, options, threads=args.threads))
     finally:
         env.close()
     json_path, png_path = save_report(report, Path(args.out or args.policy), title=f"{policy.name} on {args.env}")
     print(report.summary())
     print(f"wrote {json_path} and {png_path}")
     return 0
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The policy ``robot-rl eval`` runs, as its options set it up (picklable: a worker process builds it too)."""
+
+    path: str
+    device: str = "auto"
+    steps: int | None = None
+    exec_mode: str | None = None
+    action_steps: int | None = None
+    task: str | None = None
+
+    def policy(self) -> Any:
+        """The checkpoint on its device with the overrides (raises CheckpointError, DeviceError, ValueError)."""
+        from robot_rl.core.device import resolve_device
+        from robot_rl.policies.base import Policy
+
+        policy = Policy.load(self.path).to(resolve_device(self.device))
+        if self.steps is not None:
+            if not hasattr(policy.config, "num_inference_steps"):
+                raise ValueError(f"--steps: a {policy.name} policy has no sampling steps")
+            policy.config.num_inference_steps = self.steps
+        if self.exec_mode or self.action_steps:
+            ex = policy.config.executor
+            policy.set_executor(replace(ex, mode=self.exec_mode or ex.mode,
+                                        n_action_steps=self.action_steps or ex.n_action_steps))
+        return policy
+
+    def agent(self, policy: Any) -> Any:
+        """What acts: the policy, or a runner that keeps ``--task`` for every episode (a swap test by hand)."""
+        from robot_rl.runtime.policy_runner import PolicyRunner
+
+        return policy if self.task is None else PolicyRunner(policy, instruction=self.task)
+
+    def __call__(self, env: Any) -> Any:
+        """The agent, built afresh (an :attr:`EvalRecipe.agent`)."""
+        return self.agent(self.policy())

@@ -65,6 +65,16 @@ def evaluation_agent(cfg: OnlineConfig, folder: Path, env: gym.Env[Any, Any]) ->
     return registry.of(cfg.learner).evaluation_agent(cfg, folder, env)
 
 
+def published_evaluation_agent(run: str | Path, folder: str | Path, env: gym.Env[Any, Any]) -> Any:
+    """:func:`evaluation_agent` of the version in ``folder`` of the run in ``run``, from the run's config.
+
+    Picklable by its paths: an evaluation worker process builds it (:class:`robot_rl.training.evaluate.EvalRecipe`).
+    """
+    from robot_rl.learners.online_config import load_run_config
+
+    return evaluation_agent(load_run_config(Path(run)), Path(folder), env)
+
+
 def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool = False,
               sender: Any = None, stop: threading.Event | None = None) -> list[dict[str, Any]]:
     """Run ``cfg.actor.episodes`` episodes as actor ``index``; returns (and logs) one record per episode.

@@ -151,33 +151,98 @@ def env_options_for(policy: Policy) -> dict[str, Any]:
 
 def evaluate(policy: Policy | Any, env: Any, env_id: str, episodes: int, seed: int = 0,
              max_steps: int | None = None, progress: bool = False,
-             metric: Callable[[EpisodeResult], float] | None = None) -> EvalReport:
+             metric: Callable[[EpisodeResult], float] | None = None, *, workers: int = 1,
+             recipe: EvalRecipe | None = None) -> EvalReport:
     """Run ``episodes`` episodes with reset seeds ``seed, seed + 1, ...``; the sampling noise is seeded too.
 
     ``policy`` is a :class:`Policy` (run by a :class:`PolicyRunner`) or any agent with ``act(obs)`` (a
     scripted expert, a runner the caller configured). ``metric`` (robot_rl.training.task_metrics) scores
     each episode that did not fail; its transitions are kept only for it.
+
+    ``workers`` > 1 runs the episodes in that many processes, this one included (the others build their env
+    and agent from ``recipe``, see :mod:`robot_rl.training.eval_workers`); every episode is seeded on its own,
+    so the report is the one ``workers=1`` gives, but for its times.
     """
     from tqdm import tqdm
 
     if episodes < 1:
         raise ValueError(f"episodes: must be >= 1, got {episodes}")
-    report = EvalReport(env_id=env_id)
-    timed = _Timed(PolicyRunner(policy) if isinstance(policy, Policy) else policy)
+    if workers < 1:
+        raise ValueError(f"workers: must be >= 1, got {workers}")
+    timed = TimedAgent(PolicyRunner(policy) if isinstance(policy, Policy) else policy)
     t0 = time.perf_counter()
-    for i in tqdm(range(episodes), desc="eval", disable=not progress):
-        result = run_episode(env, timed, seed=seed + i, max_steps=max_steps, keep=metric is not None)
-        report.seeds.append(seed + i)
-        report.successes.append(bool(result.success))
-        failed = result.terminated
-        report.failures.append(failed)
+    workers = min(workers, episodes)
+    if workers > 1:
+        if recipe is None:
+            raise ValueError("workers > 1: give the recipe the other processes build their env and agent from")
+        from robot_rl.training.eval_workers import run_parallel
+
+        outcomes = run_parallel(recipe, env, timed, episodes, seed, max_steps, metric, workers, progress)
+    else:
+        outcomes = [episode_outcome(env, timed, i, seed, max_steps, metric)
+                    for i in tqdm(range(episodes), desc="eval", disable=not progress)]
+    report = EvalReport(env_id=env_id)
+    for out in outcomes:
+        report.seeds.append(seed + out.index)
+        report.successes.append(out.success)
+        report.failures.append(out.failed)
         if metric is not None:
-            report.metrics.append(float("nan") if failed or not result.transitions else metric(result))
-        report.returns.append(result.episode_return)
-        report.lengths.append(result.length)
+            report.metrics.append(out.metric)
+        report.returns.append(out.episode_return)
+        report.lengths.append(out.length)
     report.seconds = time.perf_counter() - t0
-    report.policy_ms_per_step = 1000 * timed.seconds / max(1, timed.calls)
+    report.policy_ms_per_step = 1000 * sum(o.policy_s for o in outcomes) / max(1, sum(o.calls for o in outcomes))
     return report
+
+
+@dataclass(frozen=True)
+class EvalRecipe:
+    """How a worker process of :func:`evaluate` builds what the caller passed it: picklable, no env or network."""
+
+    env_id: str
+    """``gymnasium.make``'s env id."""
+    agent: Callable[[Any], Any]
+    """(the worker's env) -> the agent (a :class:`Policy` or anything with ``act``); a module-level function or a
+    ``functools.partial`` of one, e.g. ``partial(policy_from_folder, path)``."""
+    env_options: dict[str, Any] = field(default_factory=dict)
+    """``gymnasium.make``'s keyword arguments."""
+    threads: int = 1
+    """Torch CPU threads of each worker (as many as the caller's for the same arithmetic)."""
+
+
+def policy_from_folder(folder: str | Path, env: Any = None) -> Policy:
+    """The policy checkpoint in ``folder`` (an :attr:`EvalRecipe.agent`)."""
+    return Policy.load(str(folder))
+
+
+@dataclass
+class EpisodeOutcome:
+    """What :func:`evaluate` keeps of one episode (a worker process sends it back)."""
+
+    index: int
+    """Episode number (its reset seed is the evaluation's first seed + index)."""
+    success: bool
+    failed: bool
+    episode_return: float
+    length: int
+    metric: float
+    """The task metric (NaN: failed, or no metric)."""
+    policy_s: float
+    """Time spent in the agent [s]."""
+    calls: int
+    """Agent calls (steps)."""
+
+
+def episode_outcome(env: Any, timed: TimedAgent, index: int, seed: int, max_steps: int | None,
+                    metric: Callable[[EpisodeResult], float] | None) -> EpisodeOutcome:
+    """Episode ``index`` of an evaluation (reset seed ``seed + index``) with the timed agent."""
+    s0, c0 = timed.seconds, timed.calls
+    result = run_episode(env, timed, seed=seed + index, max_steps=max_steps, keep=metric is not None)
+    failed = bool(result.terminated)
+    score = float("nan") if metric is None or failed or not result.transitions else float(metric(result))
+    return EpisodeOutcome(index=index, success=bool(result.success), failed=failed,
+                          episode_return=result.episode_return, length=result.length, metric=score,
+                          policy_s=timed.seconds - s0, calls=timed.calls - c0)
 
 
 def vector_info(info: dict[str, Any], key: str, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -236,21 +301,24 @@ def evaluate_vector(policy: Policy, env: gym.vector.VectorEnv, env_id: str, seed
     return report
 
 
-class _Timed:
+class TimedAgent:
     """An agent that also measures the time spent in it."""
 
     def __init__(self, agent: Any) -> None:
         self.agent, self.seconds, self.calls = agent, 0.0, 0
 
     def reset(self, seed: int | None = None) -> None:
+        """The agent's reset (with the seed when it takes one)."""
         reset_agent(self.agent, seed)
 
     def instruct(self, text: str) -> None:
+        """The agent's instruction, when it takes one."""
         instruct = getattr(self.agent, "instruct", None)
         if callable(instruct):
             instruct(text)
 
     def act(self, obs: Any) -> np.ndarray:
+        """The agent's action, timed."""
         t = time.perf_counter()
         action = act(self.agent, obs)
         self.seconds += time.perf_counter() - t
