@@ -21,7 +21,8 @@ import robot_rl.sim  # noqa: F401  (registers the env ids)
 from robot_rl.cli.main import main
 from robot_rl.policies.base import Policy
 from robot_rl.sim.experts import expert_for
-from robot_rl.training.evaluate import EvalRecipe, EvalReport, evaluate, policy_from_folder
+from robot_rl.training.eval_workers import EvalRecipe, policy_from_folder
+from robot_rl.training.evaluate import EvalReport, evaluate
 
 ENV_ID = "robot_rl/ArmPickLift-v0"
 KEYS = ["joint_pos", "gripper_width", "tcp_pos", "object_pos", "goal_pos"]

@@ -234,7 +234,8 @@ class Demo:
         from robot_rl.learners.online_config import load_run_config
         from robot_rl.policies.base import Policy
         from robot_rl.runtime.weights import list_versions
-        from robot_rl.training.evaluate import EvalRecipe, evaluate, policy_from_folder, save_report
+        from robot_rl.training.eval_workers import EvalRecipe, policy_from_folder
+        from robot_rl.training.evaluate import evaluate, save_report
 
         torch.set_num_threads(1)
         env = gym.make(ENV_ID, **self.env_options())

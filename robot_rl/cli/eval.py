@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 HELP = "run a trained policy in a sim env for N seeded episodes: success rate, 95% CI and a plot"
 
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from robot_rl.cli.sim import env_overrides
     from robot_rl.core.device import DeviceError
     from robot_rl.policies.base import CheckpointError
-    from robot_rl.training.evaluate import EvalRecipe, env_options_for, evaluate, save_report
+    from robot_rl.training.eval_workers import EvalRecipe
+    from robot_rl.training.evaluate import env_options_for, evaluate, save_report
 
     if args.workers < 1:
         print(f"robot-rl eval: error: --workers: must be >= 1, got {args.workers}")
@@ -94,7 +95,7 @@ class PolicySettings:
     path: str
     device: str = "auto"
     steps: int | None = None
-    exec_mode: str | None = None
+    exec_mode: Literal["ensemble", "blend", "latest"] | None = None
     action_steps: int | None = None
     task: str | None = None
 

@@ -13,17 +13,97 @@ the same report as the sequential loop, only its wall time differs.
 from __future__ import annotations
 
 import queue
+import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from robot_rl.runtime.episode import EpisodeResult
-from robot_rl.training.evaluate import EpisodeOutcome, EvalRecipe, TimedAgent, episode_outcome
+import numpy as np
+
+from robot_rl.policies.base import Policy
+from robot_rl.runtime.episode import EpisodeResult, act, reset_agent, run_episode
 
 POLL_S = 0.5
 """How often the caller, done with its own episodes, checks that the workers still live [s]."""
 JOIN_S = 120.0
 """How long a worker gets to start (imports, env, agent), close its env and exit once the episodes are done [s]."""
+
+
+@dataclass(frozen=True)
+class EvalRecipe:
+    """What a worker process of an evaluation builds its env and agent from: picklable, no env or network in it."""
+
+    env_id: str
+    """``gymnasium.make``'s env id."""
+    agent: Callable[[Any], Any]
+    """(the worker's env) -> the agent (a :class:`Policy` or anything with ``act``); a module-level function or a
+    ``functools.partial`` of one, e.g. ``partial(policy_from_folder, path)``."""
+    env_options: dict[str, Any] = field(default_factory=dict)
+    """``gymnasium.make``'s keyword arguments."""
+    threads: int = 1
+    """Torch CPU threads of each worker (as many as the caller's for the same arithmetic)."""
+
+
+def policy_from_folder(folder: str | Path, env: Any = None) -> Policy:
+    """The policy checkpoint in ``folder`` (an :attr:`EvalRecipe.agent`)."""
+    return Policy.load(str(folder))
+
+
+@dataclass
+class EpisodeOutcome:
+    """What an evaluation keeps of one episode (a worker process sends it back)."""
+
+    index: int
+    """Episode number (its reset seed is the evaluation's first seed + index)."""
+    success: bool
+    failed: bool
+    episode_return: float
+    length: int
+    metric: float
+    """The task metric (NaN: failed, or no metric)."""
+    policy_s: float
+    """Time spent in the agent [s]."""
+    calls: int
+    """Agent calls (steps)."""
+
+
+def episode_outcome(env: Any, timed: TimedAgent, index: int, seed: int, max_steps: int | None,
+                    metric: Callable[[EpisodeResult], float] | None) -> EpisodeOutcome:
+    """Episode ``index`` of an evaluation (reset seed ``seed + index``) with the timed agent."""
+    s0, c0 = timed.seconds, timed.calls
+    result = run_episode(env, timed, seed=seed + index, max_steps=max_steps, keep=metric is not None)
+    failed = bool(result.terminated)
+    score = float("nan") if metric is None or failed or not result.transitions else float(metric(result))
+    return EpisodeOutcome(index=index, success=bool(result.success), failed=failed,
+                          episode_return=result.episode_return, length=result.length, metric=score,
+                          policy_s=timed.seconds - s0, calls=timed.calls - c0)
+
+
+class TimedAgent:
+    """An agent that also measures the time spent in it."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent, self.seconds, self.calls = agent, 0.0, 0
+
+    def reset(self, seed: int | None = None) -> None:
+        """The agent's reset (with the seed when it takes one)."""
+        reset_agent(self.agent, seed)
+
+    def instruct(self, text: str) -> None:
+        """The agent's instruction, when it takes one."""
+        instruct = getattr(self.agent, "instruct", None)
+        if callable(instruct):
+            instruct(text)
+
+    def act(self, obs: Any) -> np.ndarray:
+        """The agent's action, timed."""
+        t = time.perf_counter()
+        action = act(self.agent, obs)
+        self.seconds += time.perf_counter() - t
+        self.calls += 1
+        return action
 
 
 def _next_episode(counter: Any, episodes: int) -> int | None:
@@ -44,7 +124,6 @@ def _worker(recipe: EvalRecipe, counter: Any, episodes: int, seed: int, max_step
         import torch
 
         import robot_rl.sim  # noqa: F401  (registers the robot_rl/ env ids)
-        from robot_rl.policies.base import Policy
         from robot_rl.runtime.policy_runner import PolicyRunner
 
         torch.set_num_threads(recipe.threads)

@@ -29,8 +29,9 @@ import numpy as np
 from scipy.stats import binomtest
 
 from robot_rl.policies.base import Policy
-from robot_rl.runtime.episode import EpisodeResult, SuccessTracker, act, reset_agent, run_episode
+from robot_rl.runtime.episode import EpisodeResult, SuccessTracker
 from robot_rl.runtime.policy_runner import PolicyRunner
+from robot_rl.training.eval_workers import EvalRecipe, TimedAgent, episode_outcome
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -195,56 +196,6 @@ def evaluate(policy: Policy | Any, env: Any, env_id: str, episodes: int, seed: i
     return report
 
 
-@dataclass(frozen=True)
-class EvalRecipe:
-    """How a worker process of :func:`evaluate` builds what the caller passed it: picklable, no env or network."""
-
-    env_id: str
-    """``gymnasium.make``'s env id."""
-    agent: Callable[[Any], Any]
-    """(the worker's env) -> the agent (a :class:`Policy` or anything with ``act``); a module-level function or a
-    ``functools.partial`` of one, e.g. ``partial(policy_from_folder, path)``."""
-    env_options: dict[str, Any] = field(default_factory=dict)
-    """``gymnasium.make``'s keyword arguments."""
-    threads: int = 1
-    """Torch CPU threads of each worker (as many as the caller's for the same arithmetic)."""
-
-
-def policy_from_folder(folder: str | Path, env: Any = None) -> Policy:
-    """The policy checkpoint in ``folder`` (an :attr:`EvalRecipe.agent`)."""
-    return Policy.load(str(folder))
-
-
-@dataclass
-class EpisodeOutcome:
-    """What :func:`evaluate` keeps of one episode (a worker process sends it back)."""
-
-    index: int
-    """Episode number (its reset seed is the evaluation's first seed + index)."""
-    success: bool
-    failed: bool
-    episode_return: float
-    length: int
-    metric: float
-    """The task metric (NaN: failed, or no metric)."""
-    policy_s: float
-    """Time spent in the agent [s]."""
-    calls: int
-    """Agent calls (steps)."""
-
-
-def episode_outcome(env: Any, timed: TimedAgent, index: int, seed: int, max_steps: int | None,
-                    metric: Callable[[EpisodeResult], float] | None) -> EpisodeOutcome:
-    """Episode ``index`` of an evaluation (reset seed ``seed + index``) with the timed agent."""
-    s0, c0 = timed.seconds, timed.calls
-    result = run_episode(env, timed, seed=seed + index, max_steps=max_steps, keep=metric is not None)
-    failed = bool(result.terminated)
-    score = float("nan") if metric is None or failed or not result.transitions else float(metric(result))
-    return EpisodeOutcome(index=index, success=bool(result.success), failed=failed,
-                          episode_return=result.episode_return, length=result.length, metric=score,
-                          policy_s=timed.seconds - s0, calls=timed.calls - c0)
-
-
 def vector_info(info: dict[str, Any], key: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(``info[key]`` of a vector step as (n,) bools, which envs reported it) (False / not where none did)."""
     value = info.get(key)
@@ -299,31 +250,6 @@ def evaluate_vector(policy: Policy, env: gym.vector.VectorEnv, env_id: str, seed
         report.extra["final_error"] = final_error.tolist()
         report.extra["episode_error"] = (error_sum / np.maximum(lengths, 1)).tolist()
     return report
-
-
-class TimedAgent:
-    """An agent that also measures the time spent in it."""
-
-    def __init__(self, agent: Any) -> None:
-        self.agent, self.seconds, self.calls = agent, 0.0, 0
-
-    def reset(self, seed: int | None = None) -> None:
-        """The agent's reset (with the seed when it takes one)."""
-        reset_agent(self.agent, seed)
-
-    def instruct(self, text: str) -> None:
-        """The agent's instruction, when it takes one."""
-        instruct = getattr(self.agent, "instruct", None)
-        if callable(instruct):
-            instruct(text)
-
-    def act(self, obs: Any) -> np.ndarray:
-        """The agent's action, timed."""
-        t = time.perf_counter()
-        action = act(self.agent, obs)
-        self.seconds += time.perf_counter() - t
-        self.calls += 1
-        return action
 
 
 def save_report(report: EvalReport, out_dir: str | Path, title: str = "") -> tuple[Path, Path]:
