@@ -157,7 +157,7 @@ def _weights_folder(root: Path, params: int) -> Path:
 
 
 def _tcp_weights_actor(port: int, folder: str, name: str, ready: Any, done: Any) -> None:
-    from robot_rl.fleet.tcp_transport import weights_in_memory
+    from robot_rl.fleet.remote_run import weights_in_memory
 
     weights_in_memory(Path(folder))  # as run_remote_actor does
     client = TcpActorClient(("127.0.0.1", port), KEY, name, Outbox(os.path.join(folder, "outbox")),

@@ -26,7 +26,7 @@ import torch
 
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
-from robot_rl.learners.actor_process import PUBLISHED_MARKERS, evaluation_agent
+from robot_rl.learners.actor_process import evaluation_agent, published_marker
 from robot_rl.learners.online import run_online
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.policies.base import Policy
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     result = run_online(cfg, out / "run", progress=True, budget_s=args.budget_s, timeout=args.budget_s + 900)
     t_start = result.episodes[0]["t"] - result.episodes[0]["seconds"] if result.episodes else time.time()
-    versions = list_versions(out / "run" / "weights", PUBLISHED_MARKERS[cfg.learner.algorithm])
+    versions = list_versions(out / "run" / "weights", published_marker(cfg))
     log = {int(line["version"]): line for line in result.learner if "error" not in line}
     picks = [versions[int(i)] for i in np.unique(np.linspace(0, len(versions) - 1, args.curve_points).round())]
     curve = [{"version": 0, "env_steps": 0, "wall_s": 0.0,
