@@ -20,7 +20,7 @@ from robot_rl.core.transition import Transition
 from robot_rl.data.schema import EPISODE_COLUMNS, SEGMENT_SOURCES, DatasetError, StepSchema
 
 
-class EpisodeStore(Protocol):
+class WritableStore(Protocol):
     """What a writer uses of :class:`robot_rl.data.store.EpisodeStore` (which imports this module)."""
 
     schema: StepSchema | None
@@ -50,7 +50,7 @@ class EpisodeWriter:
     Used as a context manager it commits on normal exit and discards when an exception escapes.
     """
 
-    def __init__(self, store: EpisodeStore, task: str, episode_id: int, flush_frames: int,
+    def __init__(self, store: WritableStore, task: str, episode_id: int, flush_frames: int,
                  background: bool = True) -> None:
         if flush_frames < 1:
             raise ValueError(f"flush_frames: must be >= 1, got {flush_frames}")

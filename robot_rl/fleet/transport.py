@@ -12,7 +12,7 @@ sending happens on its own thread, so acting never waits for a learner busy trai
 Run-folder rendezvous: ``learner.json`` (socket address, written atomically when the learner serves) and
 ``learner.key`` (the HMAC key, mode 0600, kept across restarts so actors reconnect to a restarted learner).
 
-Weights go through a folder (:mod:`robot_rl.runtime.weights`, re-exported here). No torch import here.
+Weights go through a folder (:mod:`robot_rl.runtime.weights`). No torch import here.
 """
 
 from __future__ import annotations
