@@ -122,3 +122,32 @@ def test_run_episode_labels_segments_and_streams_during_the_episode(env: gym.Env
     assert ts[first].policy_action is not None and not np.allclose(ts[first].policy_action, ts[first].action)
     credit = assign_credit(ts, result.success)
     assert credit.segments[0].outcome == -1.0  # the drifting policy segment is blamed, not the human's
+
+
+def test_finishing_the_correction_hands_back_only_with_the_cube_held_and_up(env: gym.Env) -> None:
+    """RaC-style: the policy drifts once early; the risk-only human hands back as soon as it agrees again, the
+    finishing one keeps control through the grasp and hands back a held, lifted cube."""
+    from robot_rl.learners.task_risk import pick_lift_secured
+
+    expert = expert_for(env)
+    policy = lambda o, t: UP if 5 <= t < 8 else expert.act(o)  # noqa: E731
+    base = dict(reaction_delay=0, min_takeover_steps=4, smoothing=1.0, action_noise=0.0)
+    quick, _, _ = run(env, policy, SimulatedHuman(expert_for(env), SimulatedHumanConfig(**base)), steps=80)
+    human = SimulatedHuman(expert_for(env), SimulatedHumanConfig(**base, finish_correction=True),
+                           secured=pick_lift_secured)
+    obs, _ = env.reset(seed=0)
+    human.reset()
+    flags, handed_back = [], None
+    for t in range(80):
+        decision = human.step(obs, policy(obs, t))
+        if flags and flags[-1] and not decision.intervening:
+            handed_back = obs
+        flags.append(decision.intervening)
+        obs, _, term, trunc, _ = env.step(decision.action)
+        if term or trunc:
+            break
+    assert sum(quick) == 4 and flags.index(True) == 5
+    assert sum(flags) > 10 and handed_back is not None and pick_lift_secured(handed_back)
+    assert not pick_lift_secured(env.reset(seed=0)[0])  # the cube on the table is not secured
+    with pytest.raises(ValueError, match="secured"):
+        SimulatedHuman(expert, SimulatedHumanConfig(finish_correction=True))

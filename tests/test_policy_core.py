@@ -325,3 +325,26 @@ def test_meanflow_time_features_are_slow_so_its_time_derivative_target_stays_sma
         assert float(loaded.net.time_embed[0].freqs.max()) == pytest.approx(freq or 3.0, rel=1e-5)
         assert time_derivative(loaded) == pytest.approx(derivative[freq], rel=1e-5)
     assert derivative[30.0] > 3 * derivative[None], derivative
+
+
+def test_state_relative_gives_the_network_each_position_minus_the_hand_in_5_cm_units(tmp_path: Path) -> None:
+    from robot_rl.policies.config import RELATIVE_SCALE_M
+
+    spec = PolicySpec({"tcp_pos": 3, "object_pos": 3, "gripper_width": 1}, {}, 2)
+    stats = {k: {"min": np.full(d, -1.0), "max": np.full(d, 1.0)} for k, d in
+             {"tcp_pos": 3, "object_pos": 3, "gripper_width": 1, "action": 2}.items()}
+    cfg = load_config(FlowConfig, {"horizon": 8, "n_obs_steps": 2, "unet_channels": [16, 32], "state_relative": True})
+    policy = FlowPolicy(cfg, spec)
+    policy.set_stats(stats)
+    assert policy.state_relative_keys() == ["object_pos"] and policy.cond_dim() == policy.encoder.out_dim + 3
+    obs = {"tcp_pos": torch.tensor([[[0.0, 0.0, 0.5], [0.1, 0.2, 0.3]]]),
+           "object_pos": torch.tensor([[[9.0, 9.0, 9.0], [0.11, 0.18, 0.025]]]), "gripper_width": torch.zeros(1, 2, 1)}
+    feats = policy.features(obs)
+    expected = (obs["object_pos"][0, -1] - obs["tcp_pos"][0, -1]) / RELATIVE_SCALE_M  # the newest step only
+    torch.testing.assert_close(feats[0, -3:], expected)
+    policy.save(tmp_path / "ckpt")
+    assert Policy.load(tmp_path / "ckpt").config.state_relative
+    with pytest.raises(SpecError, match="state_relative"):
+        FlowPolicy(cfg, PolicySpec({"object_pos": 3}, {}, 2))
+    with pytest.raises(ValueError, match="state_relative"):
+        load_config(FlowConfig, {"state_relative": True, "state_keys": ["object_pos"]})

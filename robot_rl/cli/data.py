@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--expert", default="auto",
                      help="'auto' (the env's scripted expert), 'keyboard', or module:attr (a class built with the "
                           "env, or a function obs -> action)")
+    rec.add_argument("--expert-gain", type=float, default=1.0, metavar="G",
+                     help="gain of an arm's scripted expert (--expert auto): below 1 it closes only part of the "
+                     "error each step, steadier on a laggy robot (default: %(default)s)")
     rec.add_argument("--episodes", type=int, default=10, help="episodes to record (default: %(default)s)")
     rec.add_argument("--max-steps", type=int, default=None, help="cut episodes after this many steps")
     rec.add_argument("--steps-after-success", type=int, default=None, metavar="N",
@@ -173,7 +176,7 @@ def _record(args: argparse.Namespace) -> int:
             print(f"robot-rl data record: error: --driver: {exc}")
             return 2
         source += f" dagger:{args.driver} beta:{args.driver_beta:g}"
-    expert = _make_expert(args.expert, env, args.env)
+    expert = _make_expert(args.expert, env, args.env, args.expert_gain)
     out = Path(args.out)
     if out.exists():
         store = EpisodeStore.open(out, mode="a")
@@ -202,7 +205,7 @@ def _record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_expert(spec: str, env: Any, env_id: str) -> Any:
+def _make_expert(spec: str, env: Any, env_id: str, gain: float = 1.0) -> Any:
     """The expert ``--expert`` names: the env's scripted one (``auto``), the keyboard, or ``module:attr``."""
     if spec == "keyboard":
         from robot_rl.teleop.keyboard_expert import KeyboardExpert
@@ -216,8 +219,8 @@ def _make_expert(spec: str, env: Any, env_id: str) -> Any:
             raise SystemExit(f"error: {env_id} is not a robot_rl env, so it has no scripted expert; "
                              "pass --expert module:attr or keyboard")
         try:
-            return expert_for(env)
-        except TypeError as exc:  # a task or control mode no scripted expert drives
+            return expert_for(env, gain)
+        except (TypeError, ValueError) as exc:  # a task or control mode no scripted expert drives
             raise SystemExit(f"error: no scripted expert for {env_id}: {exc}; pass --expert module:attr or "
                              "keyboard") from exc
     module_name, _, attr = spec.partition(":")

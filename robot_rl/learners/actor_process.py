@@ -32,7 +32,7 @@ from robot_rl.learners.algorithms import registry
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
 from robot_rl.learners.simulated_human import SimulatedHuman
-from robot_rl.learners.task_risk import task_risk
+from robot_rl.learners.task_risk import task_risk, task_secured
 from robot_rl.runtime.episode import EpisodeHooks, run_episode
 from robot_rl.sim.experts import expert_for
 
@@ -91,9 +91,10 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     env = gym.make(env_id, **ac.env_options)
     if ac.success_detector:
         env = LearnedSuccess(env, RewardClassifier.load(ac.success_detector, device=ac.device))
-    expert = expert_for(env)
+    expert = expert_for(env, ac.human.expert_gain)
     human_cfg = dataclasses.replace(ac.human, seed=ac.human.seed + index, action_risk=ac.human_risk == "action")
-    human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(env_id) if ac.human_risk == "grasp" else None)
+    human = SimulatedHuman(expert, human_cfg, state_risk=task_risk(env_id) if ac.human_risk == "grasp" else None,
+                           secured=task_secured(env_id))
     env, agent, base_agent = make_agent(cfg, env, run)
     local = sender is None
     if sender is None:  # sent from a thread: acting never waits for a learner that is busy training

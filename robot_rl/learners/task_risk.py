@@ -53,9 +53,31 @@ def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
     return 1.0 if low and misaligned else 0.0
 
 
+SECURED_LIFT = 0.02
+"""How far off the table the held cube must be for the correction to count as complete [m]."""
+
+def pick_lift_secured(obs: Mapping[str, np.ndarray]) -> bool:
+    """The cube is held and off the table (2 cm up): from here the policy only has to lift it."""
+    tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
+    width = float(obs["gripper_width"][0])
+    held = (PickLiftExpert.GRASP_MIN <= width <= PickLiftExpert.GRASP_MAX
+            and float(np.linalg.norm(obj[:2] - tcp[:2])) < 0.03 and float(tcp[2] - obj[2]) < 0.03)
+    return bool(held and obj[2] > scenes.CUBE_HALF + SECURED_LIFT)
+
+
 TASK_RISKS: dict[str, StateRisk] = {"robot_rl/ArmPickLift-v0": pick_lift_grasp_risk,
                                     "robot_rl/ArmPickLift-RealStandIn-v0": pick_lift_grasp_risk}
 """Environment id -> its state risk (used by the actors' ``human_risk: grasp`` setting)."""
+
+
+TASK_SECURED: dict[str, Callable[[Mapping[str, np.ndarray]], bool]] = {
+    "robot_rl/ArmPickLift-v0": pick_lift_secured, "robot_rl/ArmPickLift-RealStandIn-v0": pick_lift_secured}
+"""Environment id -> its sub-goal predicate (the simulated human's ``finish_correction``)."""
+
+
+def task_secured(env_id: str) -> Callable[[Mapping[str, np.ndarray]], bool] | None:
+    """The sub-goal predicate of ``env_id``, None for a task without one."""
+    return TASK_SECURED.get(env_id)
 
 
 def task_risk(env_id: str) -> StateRisk:

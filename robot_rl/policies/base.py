@@ -78,6 +78,8 @@ class Policy(nn.Module):
         self.aux_keys = list(spec.aux_dims)
         if config.aux_relative and HAND_KEY not in spec.state_dims:
             raise SpecError(f"aux_relative: the policy's state has no {HAND_KEY!r} to read the estimates against")
+        if config.state_relative and HAND_KEY not in spec.state_dims:
+            raise SpecError(f"state_relative: the policy's state has no {HAND_KEY!r} to read positions against")
         if config.aux_condition and set(spec.aux_dims) != set(config.aux_keys):
             raise SpecError(f"aux_condition: the data's labels {sorted(spec.aux_dims)} are not aux_keys "
                             f"{sorted(config.aux_keys)}; the action network needs every estimate")
@@ -116,9 +118,15 @@ class Policy(nn.Module):
             return []
         return [k for k, dim in self.spec.aux_dims.items() if k.endswith("_pos") and dim == 3]
 
+    def state_relative_keys(self) -> list[str]:
+        """The state positions ``state_relative`` also gives the network relative to the hand."""
+        if not self.config.state_relative:
+            return []
+        return [k for k, dim in self.spec.state_dims.items() if k.endswith("_pos") and dim == 3 and k != HAND_KEY]
+
     def feature_dim(self) -> int:
-        """Size of :meth:`features` (the observation encoder's output by default)."""
-        return self.encoder.out_dim
+        """Size of :meth:`features` (the observation encoder's output, + the relative positions)."""
+        return self.encoder.out_dim + 3 * len(self.state_relative_keys())
 
     def _loss(self, actions: torch.Tensor, cond: torch.Tensor,
               valid: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
@@ -135,7 +143,12 @@ class Policy(nn.Module):
     def features(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
         """Observation features from a batch of histories (the VLA adds language)."""
         states = {k: self.normalizer.normalize(k, obs[k].float().flatten(2)) for k in self.state_keys}
-        return self.encoder(states, {k: obs[k] for k in self.image_keys})
+        feats = self.encoder(states, {k: obs[k] for k in self.image_keys})
+        relative = self.state_relative_keys()
+        if not relative:
+            return feats
+        hand = obs[HAND_KEY][:, -1].float()
+        return torch.cat([feats, *[(obs[k][:, -1].float() - hand) / RELATIVE_SCALE_M for k in relative]], dim=-1)
 
     def condition(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
         """What the action network is conditioned on: :meth:`features` (+ the auxiliary estimate).

@@ -116,6 +116,13 @@ class PolicyConfig:
     left of the cube" is then a small, linear function of the inputs instead of the difference of two values
     normalised on different scales (min-max over the workspace vs z-scored labels)."""
 
+    state_relative: bool = False
+    """The network also reads every 3-D position of the state (a state key ending in ``_pos``) relative to the
+    hand (``tcp_pos``), in units of :data:`RELATIVE_SCALE_M`, at the newest step: the precision a grasp needs
+    ("the cube is 1 cm to the left") as a direct input instead of the difference of two values min-max
+    normalised over the whole workspace. Measured on pick-and-lift (benchmarks/README.md, Learners on the
+    stand-in)."""
+
     def __post_init__(self) -> None:
         if self.n_obs_steps < 1:
             raise ValueError(f"n_obs_steps: must be >= 1, got {self.n_obs_steps}")
@@ -137,6 +144,8 @@ class PolicyConfig:
             raise ValueError("aux_relative: needs aux_condition and at least one position (..._pos) in aux_keys")
         if self.aux_relative and self.state_keys is not None and HAND_KEY not in self.state_keys:
             raise ValueError(f"aux_relative: needs {HAND_KEY!r} in state_keys (estimates are read relative to it)")
+        if self.state_relative and self.state_keys is not None and HAND_KEY not in self.state_keys:
+            raise ValueError(f"state_relative: needs {HAND_KEY!r} in state_keys (positions are read relative to it)")
         if self.aux_weight < 0 or (self.aux_keys and not self.image_keys):
             raise ValueError(f"aux_keys need image_keys (labels are predicted from image features) and aux_weight "
                              f">= 0, got aux_keys {self.aux_keys}, image_keys {self.image_keys}, {self.aux_weight}")

@@ -69,7 +69,7 @@ class VLAPolicy(FlowPolicy):
 
     def feature_dim(self) -> int:
         """Observation features plus language features."""
-        return self.encoder.out_dim + self.config.text_dim
+        return super().feature_dim() + self.config.text_dim
 
     def features(self, obs: Mapping[str, torch.Tensor], tasks: list[str] | None = None) -> torch.Tensor:
         """Observation encoding concatenated with the task text features."""

@@ -168,8 +168,17 @@ class MultiTaskExpert:
         return self.experts[task.kind].act(obs)
 
 
-def expert_for(env: gym.Env[Any, Any]) -> Any:
-    """The scripted expert / reference controller of ``env`` (arm tasks scaled to its policy rate)."""
+def expert_for(env: gym.Env[Any, Any], gain: float = 1.0) -> Any:
+    """The scripted expert / reference controller of ``env`` (arm tasks scaled to its policy rate).
+
+    ``gain`` scales an arm expert's step toward its target (1: close the whole error in one policy step);
+    other experts take only 1.
+
+    Raises:
+        ValueError: a ``gain`` other than 1 for an expert without one, or a gain outside (0, 1].
+    """
+    if not 0.0 < gain <= 1.0:
+        raise ValueError(f"gain: must be in (0, 1], got {gain}")
     from robot_rl.sim.envs.arm_multitask import ArmMultiTaskEnv
     from robot_rl.sim.envs.arm_pick_lift import ArmPickLiftEnv
     from robot_rl.sim.envs.arm_push import ArmPushEnv
@@ -182,6 +191,9 @@ def expert_for(env: gym.Env[Any, Any]) -> Any:
     from robot_rl.sim.experts.quad import HoverExpert
 
     base = env.unwrapped
+    arm = (ArmMultiTaskEnv, ArmPickLiftEnv, ArmPushEnv, ArmReachEnv)
+    if gain != 1.0 and not isinstance(base, arm):
+        raise ValueError(f"gain: only the arm experts take one, not {type(base).__name__}'s")
     if isinstance(base, HumanoidWalkEnv):
         return WalkingController(policy_hz=float(base.config.policy_hz))
     if isinstance(base, HumanoidEnv):
@@ -195,5 +207,5 @@ def expert_for(env: gym.Env[Any, Any]) -> Any:
                (ArmReachEnv, ReachExpert))
     for cls, expert in experts:
         if isinstance(base, cls):
-            return expert(hz)
+            return expert(hz, gain)
     raise TypeError(f"no scripted expert for {type(base).__name__}")
