@@ -39,13 +39,14 @@ CONFIGS = {"hg_dagger": "online_pick_lift.yaml", "residual": "online_pick_lift_r
            "rlpd": "online_pick_lift_rlpd.yaml", "dsrl": "online_pick_lift_dsrl.yaml"}
 
 
-def success_rate(cfg: OnlineConfig, folder: Path | None, episodes: int) -> float:
-    """Success of version ``folder`` (None: the starting policy) on unseen seeds of the run's env, no human."""
+def success_rate(cfg: OnlineConfig, folder: Path | None, episodes: int, seed: int = EVAL_SEED) -> float:
+    """Success of version ``folder`` (None: the starting policy) on unseen seeds of the run's env (with its
+    ``env_options``: a robot a test defines), no human."""
     env_id = cfg.actor.env_id
-    env = gym.make(env_id)
+    env = gym.make(env_id, **cfg.actor.env_options)
     try:
         agent = Policy.load(cfg.policy) if folder is None else evaluation_agent(cfg, folder, env)
-        return evaluate(agent, env, env_id, episodes, EVAL_SEED).success_rate
+        return evaluate(agent, env, env_id, episodes, seed).success_rate
     finally:
         env.close()
 
@@ -68,18 +69,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log = {int(line["version"]): line for line in result.learner if "error" not in line}
     picks = [versions[int(i)] for i in np.unique(np.linspace(0, len(versions) - 1, args.curve_points).round())]
     curve = [{"version": 0, "env_steps": 0, "wall_s": 0.0,
-              "success": success_rate(cfg, None, args.curve_episodes) if cfg.policy else 0.0}]
+              "success": success_rate(cfg, None, args.curve_episodes, args.eval_seed) if cfg.policy else 0.0}]
     for version, folder in picks:
         line = log.get(version, {})
         curve.append({"version": version, "env_steps": int(line.get("steps", 0)),
                       "wall_s": float(line.get("t", t_start) - t_start),
-                      "success": success_rate(cfg, folder, args.curve_episodes)})
+                      "success": success_rate(cfg, folder, args.curve_episodes, args.eval_seed)})
         print(curve[-1], flush=True)
-    final = success_rate(cfg, versions[-1][1], args.eval_episodes) if versions else 0.0
+    final = success_rate(cfg, versions[-1][1], args.eval_episodes, args.eval_seed) if versions else 0.0
     episodes = result.episodes
+    human = human_curve(episodes, t_start)
+    quarter = episodes[-max(1, len(episodes) // 4):]
     summary = {"method": args.method, "human": args.human, "budget_s": args.budget_s, "seconds": result.seconds,
                "episodes": len(episodes), "env_steps": int(sum(e["steps"] for e in episodes)),
                "human_steps": int(sum(e["intervention_steps"] for e in episodes)),
+               "human_share_last_quarter": sum(e["intervention_steps"] for e in quarter)
+               / max(1, sum(e["steps"] for e in quarter)), "human": human, "env_id": cfg.actor.env_id,
+               "eval_seed": args.eval_seed,
                "updates": int(result.learner[-1]["updates"]) if result.learner else 0,
                "final_success": final, "eval_episodes": args.eval_episodes, "curve": curve,
                "label": args.label or f"{args.method} (human {'on' if args.human else 'off'})"}
@@ -88,20 +94,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def human_curve(episodes: list[dict[str, Any]], t_start: float, blocks: int = 8) -> list[dict[str, float]]:
+    """The human's share of steps in ``blocks`` consecutive blocks of episodes, at their cumulative env steps."""
+    out, done = [], 0
+    for part in np.array_split(np.arange(len(episodes)), min(blocks, max(1, len(episodes)))):
+        eps = [episodes[i] for i in part]
+        steps = sum(e["steps"] for e in eps)
+        done += steps
+        out.append({"env_steps": done, "wall_s": float(eps[-1]["t"] - t_start) if eps else 0.0,
+                    "share": sum(e["intervention_steps"] for e in eps) / max(1, steps),
+                    "success_with_human": float(np.mean([e["success"] for e in eps])) if eps else 0.0})
+    return out
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> None:
-    """Success against env steps and against wall time, one line per result."""
+    """Success against env steps and against wall time, and the human's share of steps, one line per result."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4))
     for r in results:
         steps = [p["env_steps"] for p in r["curve"]]
         wall = [p["wall_s"] / 60 for p in r["curve"]]
         success = [p["success"] for p in r["curve"]]
-        a1.plot(steps, success, marker="o", label=r["label"])
+        line, = a1.plot(steps, success, marker="o", label=r["label"])
         a2.plot(wall, success, marker="o", label=r["label"])
+        if r.get("human"):
+            a3.plot([h["env_steps"] for h in r["human"]], [h["share"] for h in r["human"]], marker=".",
+                    color=line.get_color(), label=r["label"])
+    a2.set_ylim(-0.02, 1.02)
+    a3.set_xlabel("env steps")
+    a3.set_ylabel("human's share of steps (per block)")
+    a3.axhline(0.10, color="grey", ls=":", lw=1)
     a1.set_xlabel("env steps")
     a2.set_xlabel("wall time [min] (2 CPU cores)")
     a1.set_ylabel("success without a human (unseen seeds)")
@@ -119,10 +145,12 @@ def compare(paths: list[str], png: str) -> None:
     """One table and one plot of several ``result.json`` files."""
     results = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
     print(f"{'method':32s} {'start':>6s} {'final':>6s} {'episodes':>9s} {'env steps':>10s} {'human steps':>12s} "
-          f"{'updates':>8s} {'wall':>7s}")
+          f"{'human, last 1/4':>15s} {'updates':>8s} {'wall':>7s}")
     for r in results:
+        share = r.get("human_share_last_quarter")
         print(f"{r['label']:32s} {r['curve'][0]['success']:6.0%} {r['final_success']:6.0%} {r['episodes']:9d} "
-              f"{r['env_steps']:10d} {r['human_steps']:12d} {r['updates']:8d} {r['seconds']:6.0f}s")
+              f"{r['env_steps']:10d} {r['human_steps']:12d} {'n/a' if share is None else f'{share:.1%}':>15s} "
+              f"{r['updates']:8d} {r['seconds']:6.0f}s")
     plot(results, Path(png))
     print(f"plot: {png}")
 
@@ -138,6 +166,7 @@ def main() -> None:
     r.add_argument("--budget-s", type=float, default=600.0)
     r.add_argument("--human", action=argparse.BooleanOptionalAction, default=True)
     r.add_argument("--eval-episodes", type=int, default=50)
+    r.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (default: %(default)s)")
     r.add_argument("--curve-episodes", type=int, default=20)
     r.add_argument("--curve-points", type=int, default=6)
     r.add_argument("--label", default="")

@@ -213,3 +213,54 @@ def test_published_weights_are_a_moving_average_and_are_what_is_saved(tmp_path: 
     assert torch.equal(saved.state_dict()[name], learner.published.state_dict()[name])
     with pytest.raises(ValueError, match="ema_decay"):
         HGDAggerConfig(ema_decay=1.0)
+
+
+def _pick_lift_episode(episode_id: int, sources: str, lifted_from: int | None) -> list[Transition]:
+    """Toy-policy observations plus the cube's position, which the pick-and-lift success rule reads."""
+    out = []
+    for t, who in enumerate(sources):
+        human = who == "H"
+        cube_z = 0.2 if lifted_from is not None and t + 1 >= lifted_from else 0.025
+        obs = {"pos": np.zeros(2, np.float32), "goal": np.full(2, -0.5, np.float32),
+               "object_pos": np.array([0.5, 0.0, 0.025], np.float32)}
+        nxt = {**obs, "object_pos": np.array([0.5, 0.0, cube_z], np.float32)}
+        out.append(Transition(obs, nxt, np.full(2, 0.1 * t, np.float32), 0.0, False, t == len(sources) - 1,
+                              episode_id, t, is_intervention=human,
+                              segment_source=SegmentSource.HUMAN if human else SegmentSource.POLICY,
+                              segment_id=sources[:t + 1].count("PH") + sources[:t + 1].count("HP")))
+    return out
+
+
+def test_success_fraction_keeps_the_policy_steps_that_ran_to_the_end_of_a_successful_episode(tmp_path: Path) -> None:
+    """HABC's credit as labels: the policy's last segment of a successful episode (here after a human
+    correction) is kept with its executed actions; a failed episode's, a taken-over segment's and the human's
+    steps are not. Episodes arrive interleaved in batches, and the kept steps survive a restart."""
+    from robot_rl.core.config import load_config
+    from robot_rl.learners.algorithms.hg_dagger import HGDAggerAlgorithm
+    from robot_rl.learners.online_config import OnlineConfig
+
+    data = demos(4, seed=0)
+    policy = make_policy(data)
+    policy.set_stats(data.stats())
+    policy.save(tmp_path / "policy")
+    cfg = load_config(OnlineConfig, {"policy": str(tmp_path / "policy"),
+                                     "actor": {"env_id": "robot_rl/ArmPickLift-v0"},
+                                     "learner": {"device": "cpu", "hg_dagger": {"success_fraction": 0.25}}})
+    algo = HGDAggerAlgorithm(cfg, tmp_path / "ckpt")
+    won = _pick_lift_episode(1, "PPPPPHHHHHPPPPPPPPPP", lifted_from=15)   # the policy finishes after a correction
+    lost = _pick_lift_episode(2, "PPPPPHHHHHPPPPPPPPPP", lifted_from=None)
+    human_won = _pick_lift_episode(3, "PPPPPHHHHHHHHHHHHHHH", lifted_from=15)
+    stream = [t for group in zip(won, lost, human_won) for t in group]  # three actors' steps interleaved
+    for k in range(0, len(stream), 7):
+        algo.add(stream[k:k + 7])
+    kept = algo.learner.successes
+    assert kept.total_added == 10 and len(algo.learner.interventions) == 5 + 5 + 15
+    rows = kept.rows(np.arange(10))
+    assert rows["episode_id"].tolist() == [1] * 10 and rows["step"].tolist() == list(range(10, 20))
+    np.testing.assert_allclose(rows["action"][:, 0], 0.1 * np.arange(10, 20), rtol=1e-6)  # what was executed
+    batch = algo.learner._batch()
+    assert batch["action"].shape[0] == algo.learner.config.batch_size
+    algo.checkpoint()
+    assert HGDAggerAlgorithm(cfg, tmp_path / "ckpt").learner.successes.total_added == 10
+    with pytest.raises(ValueError, match="success_fraction"):
+        HGDAggerConfig(intervention_fraction=0.8, success_fraction=0.3)

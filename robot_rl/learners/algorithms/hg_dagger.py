@@ -13,6 +13,11 @@ intervention target was padding); and the weights that go out are an exponential
 behaviour cloning that made the policy exports (its raw weights scored 80% where the average scored 93%).
 Intervention segments are kept in a :class:`~robot_rl.learners.buffers.ReplayBuffer`, so they are saved
 and restored with the learner (no pickle).
+
+With ``success_fraction`` the policy's own steps that HABC's credit rule rewards (a policy segment that ran
+to the end of a successful episode, robot_rl.learners.credit) are labels too: fine-tuning on new corrections
+alone forgets what made the starting policy good (its earlier corrections are not in this run's buffers),
+and on the pick-and-lift stand-in that made the policy worse with every round of human help.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.buffers import ReplayBuffer
+from robot_rl.learners.credit import assign_credit
+from robot_rl.learners.task_success import observed_success
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.training.checkpoint import load_training_state, save_training_state
 from robot_rl.training.dataset import ChunkDataset
@@ -63,8 +70,11 @@ class HGDAggerConfig:
     mid-episode, so uniform batches thin out the starts, where only the cameras say where the object is."""
     start_steps: int = 10
     """Frames from an episode's start that ``start_fraction`` draws from."""
+    success_fraction: float = 0.0
+    """Share of each batch drawn from the policy's own credited steps (segments that ran to the end of a
+    successful episode); 0: HG-DAgger proper (human steps and demos only)."""
     capacity: int = 200_000
-    """Intervention steps kept (oldest dropped first)."""
+    """Intervention steps kept (oldest dropped first); the policy's credited steps likewise."""
     seed: int = 0
     """Seed of the window sampler."""
 
@@ -76,6 +86,9 @@ class HGDAggerConfig:
                              f"{self.start_steps}")
         if not 0.0 <= self.intervention_fraction <= 1.0:
             raise ValueError(f"intervention_fraction: must be in [0, 1], got {self.intervention_fraction}")
+        if not 0.0 <= self.success_fraction <= 1.0 - self.intervention_fraction:
+            raise ValueError(f"success_fraction: must be in [0, 1 - intervention_fraction], "
+                             f"got {self.success_fraction}")
         if self.lr <= 0 or self.weight_decay < 0 or self.grad_clip <= 0:
             raise ValueError("lr and grad_clip must be > 0, weight_decay >= 0")
         if not 0.0 <= self.ema_decay < 1.0:
@@ -96,11 +109,12 @@ class HGDAggerLearner:
             policy.to(resolve_device(device) if isinstance(device, str) else device)
         self.keys = [*policy.state_keys, *policy.image_keys]
         self.interventions = ReplayBuffer(self.config.capacity)
+        self.successes = ReplayBuffer(self.config.capacity)
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.config.lr,
                                            weight_decay=self.config.weight_decay)
         self.rng = np.random.default_rng(self.config.seed)
         self.updates = 0
-        self._dataset: ChunkDataset | None = None
+        self._datasets: dict[str, ChunkDataset | None] = {}
         if demos is not None and not bool(policy.normalizer.fitted):
             policy.set_stats(demos.stats())
         self.ema = Ema(policy, self.config.ema_decay, warmup=False) if self.config.ema_decay > 0 else None
@@ -123,23 +137,41 @@ class HGDAggerLearner:
     def add_rollout(self, transitions: Sequence[Transition]) -> int:
         """Keep the human-controlled steps of a rollout; returns how many were kept."""
         human = [t for t in transitions if t.segment_source is SegmentSource.HUMAN]
-        for t in human:
+        self._check_keys(human)
+        if human:
+            self.interventions.extend(human)
+            self._datasets.pop("interventions", None)
+        return len(human)
+
+    def add_successes(self, transitions: Sequence[Transition]) -> int:
+        """Keep the policy's own credited steps (their executed actions become labels); returns how many."""
+        self._check_keys(transitions)
+        if transitions:
+            self.successes.extend(list(transitions))
+            self._datasets.pop("successes", None)
+        return len(transitions)
+
+    def _check_keys(self, transitions: Sequence[Transition]) -> None:
+        for t in transitions:
             missing = [k for k in self.keys if k not in t.observation]
             if missing:
                 raise SpecError(f"observation: missing key(s) {missing} the policy needs")
-        if human:
-            self.interventions.extend(human)
-            self._dataset = None
-        return len(human)
 
     def intervention_dataset(self) -> ChunkDataset | None:
         """Human segments as a windowed dataset (one 'episode' per segment), or None when empty."""
-        if len(self.interventions) == 0:
+        return self._segments("interventions", self.interventions)
+
+    def success_dataset(self) -> ChunkDataset | None:
+        """The policy's credited segments as a windowed dataset, or None when empty."""
+        return self._segments("successes", self.successes)
+
+    def _segments(self, name: str, buffer: ReplayBuffer) -> ChunkDataset | None:
+        if len(buffer) == 0:
             return None
-        if self._dataset is None:
-            n, cap = len(self.interventions), self.interventions.capacity
-            order = (self.interventions.total_added - n + np.arange(n)) % cap
-            rows = self.interventions.rows(order)
+        if self._datasets.get(name) is None:
+            n, cap = len(buffer), buffer.capacity
+            order = (buffer.total_added - n + np.arange(n)) % cap
+            rows = buffer.rows(order)
             ep, seg = rows["episode_id"], rows["segment_id"]
             cut = np.flatnonzero((ep[1:] != ep[:-1]) | (seg[1:] != seg[:-1])) + 1
             ends = np.r_[cut, n]
@@ -151,10 +183,11 @@ class HGDAggerLearner:
             labels = label_columns(self.policy.aux_keys, lambda k: rows.get(f"obs.{k}"), n)  # sim: pose known
             columns.update(labels)
             cfg = self.policy.config
-            self._dataset = ChunkDataset(columns, rows["action"].astype(np.float32), ends,
-                                         [self.policy.task] * len(ends), self.policy.image_keys,
-                                         cfg.n_obs_steps, cfg.horizon, aux_keys=list(labels), open_ends=handed_back)
-        return self._dataset
+            self._datasets[name] = ChunkDataset(columns, rows["action"].astype(np.float32), ends,
+                                                [self.policy.task] * len(ends), self.policy.image_keys,
+                                                cfg.n_obs_steps, cfg.horizon, aux_keys=list(labels),
+                                                open_ends=handed_back)
+        return self._datasets[name]
 
     def _batch(self) -> dict[str, Any]:
         cfg = self.config
@@ -164,17 +197,22 @@ class HGDAggerLearner:
             n_int = cfg.batch_size
         if online is None and self.demos is None:
             raise ValueError("HG-DAgger has no data: give demos or add rollouts with human segments")
+        own = self.success_dataset() if cfg.success_fraction > 0 else None
+        n_own = 0 if own is None or self.demos is None else round(cfg.batch_size * cfg.success_fraction)
         parts = []
         if n_int and online is not None:
             parts.append(online.sample(n_int, self.rng))
-        if cfg.batch_size - n_int and self.demos is not None:
-            parts.append(self.demos.sample(cfg.batch_size - n_int, self.rng, cfg.start_fraction, cfg.start_steps))
+        if n_own and own is not None:
+            parts.append(own.sample(n_own, self.rng))
+        if cfg.batch_size - n_int - n_own and self.demos is not None:
+            parts.append(self.demos.sample(cfg.batch_size - n_int - n_own, self.rng, cfg.start_fraction,
+                                           cfg.start_steps))
         if len(parts) == 1:
             return parts[0]
-        keys = [k for k in parts[0]["obs"] if k in parts[1]["obs"]]  # aux labels only where both parts have them
-        batch = {"obs": {k: torch.cat([parts[0]["obs"][k], parts[1]["obs"][k]]) for k in keys},
-                 "action": torch.cat([parts[0]["action"], parts[1]["action"]]),
-                 "task": parts[0]["task"] + parts[1]["task"]}
+        keys = [k for k in parts[0]["obs"] if all(k in part["obs"] for part in parts)]  # aux labels: where all have
+        batch = {"obs": {k: torch.cat([part["obs"][k] for part in parts]) for k in keys},
+                 "action": torch.cat([part["action"] for part in parts]),
+                 "task": [task for part in parts for task in part["task"]]}
         if any("action_is_pad" in part for part in parts):
             batch["action_is_pad"] = torch.cat([part.get("action_is_pad", torch.zeros(part["action"].shape[:2],
                                                                                       dtype=torch.bool))
@@ -209,19 +247,30 @@ class HGDAggerLearner:
         return out
 
     def save(self, folder: str | Path) -> Path:
-        """The published policy under ``policy/`` and the intervention buffer under ``interventions/``."""
+        """The published policy under ``policy/``, the buffers under ``interventions/`` (and ``successes/``)."""
         folder = Path(folder)
         self.published.save(folder / "policy")
-        self.interventions.save(folder / "interventions")
+        self.save_buffers(folder)
         return folder
 
+    def save_buffers(self, folder: Path) -> None:
+        """The intervention buffer, and the credited steps when there are any."""
+        self.interventions.save(folder / "interventions")
+        if self.successes.total_added:
+            self.successes.save(folder / "successes")
+
     def restore_interventions(self, folder: str | Path) -> None:
-        """Load the intervention buffer a previous :meth:`save` wrote (a restarted learner keeps its data)."""
-        self.interventions = ReplayBuffer.load(Path(folder) / "interventions", capacity=self.config.capacity)
-        self._dataset = None
+        """Load the buffers a previous :meth:`save` wrote (a restarted learner keeps its data)."""
+        folder = Path(folder)
+        self.interventions = ReplayBuffer.load(folder / "interventions", capacity=self.config.capacity)
+        if (folder / "successes").exists():
+            self.successes = ReplayBuffer.load(folder / "successes", capacity=self.config.capacity)
+        self._datasets.clear()
 
 
 
+MAX_OPEN_EPISODES = 64
+"""Episodes whose end has not arrived yet that the credit keeps (per learner; oldest dropped first)."""
 MARKER = "policy.json"
 """File that marks a complete published policy folder."""
 
@@ -243,6 +292,8 @@ class HGDAggerAlgorithm:
             demos = ChunkDataset.from_store(lc.demos, pc.state_keys, pc.image_keys, pc.n_obs_steps, pc.horizon,
                                             aux_keys=pc.aux_keys)
         self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos, device=lc.device)
+        self.succeeded = observed_success(cfg.actor.env_id) if lc.hg_dagger.success_fraction > 0 else None
+        self._episodes: dict[int, list[Transition]] = {}
         self.steps = ReplayBuffer(lc.capacity)
         self.updates = 0
         self.failure: str | None = None
@@ -266,10 +317,27 @@ class HGDAggerAlgorithm:
         return self.learner.interventions.total_added
 
     def add(self, transitions: Sequence[Transition]) -> None:
-        """Keep every step; HG-DAgger keeps the human ones."""
+        """Keep every step; HG-DAgger keeps the human ones (and, with ``success_fraction``, credited ones)."""
         if transitions:
             self.steps.extend(transitions)
             self.learner.add_rollout(list(transitions))
+            if self.succeeded is not None:
+                self._credit(transitions)
+
+    def _credit(self, transitions: Sequence[Transition]) -> None:
+        """Collect each episode's steps; at its end hand the policy steps credited +1 to the learner."""
+        for t in transitions:
+            episode = self._episodes.setdefault(t.episode_id, [])
+            episode.append(t)
+            if not (t.terminated or t.truncated):
+                continue
+            del self._episodes[t.episode_id]
+            assert self.succeeded is not None
+            success = any(self.succeeded(s.next_observation) for s in episode)
+            credit = assign_credit(episode, success)
+            self.learner.add_successes([s for s, c in zip(episode, credit.step_credit) if c > 0])
+        while len(self._episodes) > MAX_OPEN_EPISODES:  # an actor stopped mid-episode: its steps never end
+            self._episodes.pop(next(iter(self._episodes)))
 
     def held(self) -> list[Transition]:
         """None: every step goes straight into the buffers."""
@@ -305,7 +373,7 @@ class HGDAggerAlgorithm:
     def checkpoint(self) -> None:
         """Buffers first (append-only), then the state that names their counts (atomic swap)."""
         self.steps.save(self.ckpt / "steps")
-        self.learner.interventions.save(self.ckpt / "interventions")
+        self.learner.save_buffers(self.ckpt)
         save_training_state(self.ckpt / "state", self.learner.policy, self.learner.ema, self.learner.optimizer,
                             self.updates,
                             {"steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added})
