@@ -36,7 +36,9 @@ from robot_rl.training.evaluate import evaluate
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_SEED = 100_000
 CONFIGS = {"hg_dagger": "online_pick_lift.yaml", "residual": "online_pick_lift_residual.yaml",
-           "rlpd": "online_pick_lift_rlpd.yaml", "dsrl": "online_pick_lift_dsrl.yaml"}
+           "rlpd": "online_pick_lift_rlpd.yaml", "dsrl": "online_pick_lift_dsrl.yaml",
+           "hg_dagger_real": "online_pick_lift_real.yaml"}
+"""Method -> its online config; ``hg_dagger_real`` fine-tunes on the stand-in (HG-DAgger + credited own steps)."""
 
 
 def success_rate(cfg: OnlineConfig, folder: Path | None, episodes: int, seed: int = EVAL_SEED) -> float:
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "episodes": len(episodes), "env_steps": int(sum(e["steps"] for e in episodes)),
                "human_steps": int(sum(e["intervention_steps"] for e in episodes)),
                "human_share_last_quarter": sum(e["intervention_steps"] for e in quarter)
-               / max(1, sum(e["steps"] for e in quarter)), "human": human, "env_id": cfg.actor.env_id,
+               / max(1, sum(e["steps"] for e in quarter)), "human_curve": human, "env_id": cfg.actor.env_id,
                "eval_seed": args.eval_seed,
                "updates": int(result.learner[-1]["updates"]) if result.learner else 0,
                "final_success": final, "eval_episodes": args.eval_episodes, "curve": curve,
@@ -121,8 +123,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         success = [p["success"] for p in r["curve"]]
         line, = a1.plot(steps, success, marker="o", label=r["label"])
         a2.plot(wall, success, marker="o", label=r["label"])
-        if r.get("human"):
-            a3.plot([h["env_steps"] for h in r["human"]], [h["share"] for h in r["human"]], marker=".",
+        if r.get("human_curve"):
+            a3.plot([h["env_steps"] for h in r["human_curve"]], [h["share"] for h in r["human_curve"]], marker=".",
                     color=line.get_color(), label=r["label"])
     a2.set_ylim(-0.02, 1.02)
     a3.set_xlabel("env steps")

@@ -244,3 +244,14 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "config" / "learners").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_online_configs_load_strictly(path: Path) -> None:
+    """Every shipped online config is a valid OnlineConfig (a misspelt key fails here, not on a robot)."""
+    from robot_rl.core.config import load_config
+    from robot_rl.learners.online_config import OnlineConfig
+
+    cfg = load_config(OnlineConfig, str(path))
+    assert cfg.actor.env_id.startswith("robot_rl/") and cfg.learner.algorithm
