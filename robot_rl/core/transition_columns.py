@@ -58,6 +58,16 @@ def transitions_to_columns(transitions: Sequence[Transition]) -> dict[str, np.nd
     return cols
 
 
+def _where(cols: dict[str, np.ndarray], col: np.ndarray) -> str:
+    """" in episode E at step S" for the first bad row (what an operator looks up), "" without ids."""
+    bad = np.flatnonzero(~np.isfinite(col.reshape(len(col), -1)).all(axis=1))
+    episode, step = cols.get("episode_id"), cols.get("step")
+    if not len(bad) or episode is None or step is None or len(episode) != len(col) or len(step) != len(col):
+        return ""
+    episodes = sorted({int(e) for e in episode[bad]})
+    return f" in episode {episodes[0]} at step {int(step[bad[0]])} ({len(bad)} row(s), episodes {episodes})"
+
+
 def check_columns(cols: dict[str, np.ndarray]) -> list[str]:
     """Check transition columns as :class:`Transition` checks one step, but a column at a time; returns the obs keys.
 
@@ -79,7 +89,7 @@ def check_columns(cols: dict[str, np.ndarray]) -> list[str]:
         if col.dtype.kind not in "biuf":
             raise SpecError(f"{name}: expected a numeric or bool array, got dtype {col.dtype.name}")
         if col.dtype.kind == "f" and not np.isfinite(col).all():
-            raise SpecError(f"{name}: contains non-finite value(s) (NaN or inf)")
+            raise SpecError(f"{name}: contains non-finite value(s) (NaN or inf){_where(cols, col)}")
     for k in keys:
         a, b = cols[f"obs.{k}"], cols[f"next_obs.{k}"]
         if a.shape != b.shape or a.dtype != b.dtype:
