@@ -22,6 +22,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from robot_rl.cli import demo_real
+from robot_rl.cli.demo_real import eval_line as _eval_line
+
 if TYPE_CHECKING:
     from robot_rl.learners.online import OnlineResult
     from robot_rl.training.evaluate import EvalReport
@@ -52,7 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the policy sees the task only through 64x64 front and wrist cameras (plus "
                         "proprioception; config flow_pick_lift_pixels.yaml); slower: rendering on CPU, and it "
                         "needs more data: --episodes 100 --bc-steps 4000")
-    parser.add_argument("--skip-to", choices=[name for name, _ in STAGES], default=None,
+    parser.add_argument("--real", action="store_true",
+                        help="then take the policy to the robot that plays the real one (ArmPickLift-RealStandIn-v0): "
+                        "measure the drop, HG-DAgger in a randomised simulator, HG-DAgger on the stand-in with the "
+                        "simulated human, the final success there (robot_rl.cli.demo_real)")
+    parser.add_argument("--randomized-episodes", type=int, default=300,
+                        help="--real: episodes of HG-DAgger in the randomised simulator")
+    parser.add_argument("--real-episodes", type=int, default=150, help="--real: episodes on the stand-in")
+    parser.add_argument("--skip-to", choices=[name for name, _ in STAGES + REAL_STAGES], default=None,
                         help="reuse the outputs of the earlier stages in --out and start here")
 
 
@@ -97,6 +107,9 @@ class DemoSettings:
     rl_method: str = "dsrl"
     overrides: list[str] = field(default_factory=list)
     pixels: bool = False
+    real: bool = False
+    randomized_episodes: int = 300
+    real_episodes: int = 150
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DemoSettings:
@@ -219,10 +232,12 @@ class Demo:
         print(run.summary())
         return f"flow policy, {s.bc_steps} steps on {s.episodes} demonstrations -> {out / 'policy'}"
 
-    def evaluate(self, name: str, policy_dir: Path | None = None, rl_run: Path | None = None) -> EvalReport:
+    def evaluate(self, name: str, policy_dir: Path | None = None, rl_run: Path | None = None,
+                 env_id: str = ENV_ID) -> EvalReport:
         """The policy in ``policy_dir``, or the newest version the RL run ``rl_run`` published, on the eval seeds.
 
         An RL version acts at its mean on the run's frozen policy; the report is saved under ``eval_<name>``.
+        ``env_id``: where (the nominal simulator, or the robot that plays the real one).
         """
         from functools import partial
 
@@ -238,7 +253,7 @@ class Demo:
         from robot_rl.training.evaluate import evaluate, save_report
 
         torch.set_num_threads(1)
-        env = gym.make(ENV_ID, **self.env_options())
+        env = gym.make(env_id, **self.env_options())
         try:
             if rl_run is None:
                 agent = policy = Policy.load(str(policy_dir))
@@ -254,9 +269,9 @@ class Demo:
                 recipe = partial(published_evaluation_agent, str(rl_run), str(folder))
                 title = f"{name}: {cfg.policy} + {cfg.learner.algorithm} v{version}"
             # the episodes in eval_workers processes: each seeded on its own, so the report is the sequential one
-            report = evaluate(agent, env, ENV_ID, self.settings.eval_episodes, EVAL_SEED, progress=True,
+            report = evaluate(agent, env, env_id, self.settings.eval_episodes, EVAL_SEED, progress=True,
                               workers=self.settings.eval_workers,
-                              recipe=EvalRecipe(ENV_ID, recipe, self.env_options(), threads=1))
+                              recipe=EvalRecipe(env_id, recipe, self.env_options(), threads=1))
         finally:
             env.close()
         save_report(report, self.out / f"eval_{name}", title=title)
@@ -378,12 +393,9 @@ class Demo:
             if final is not None:
                 line += f" -> {final.success_rate:.0%} + {self.settings.rl_method}"
             print(line)
-
-
-def _eval_line(report: EvalReport) -> str:
-    lo, hi = report.interval()
-    k, n = sum(report.successes), len(report.successes)
-    return f"success {k}/{n} = {report.success_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
+        real = demo_real.summary_line(self.out) if self.settings.real else None
+        if real is not None:
+            print(real)
 
 
 def _load_report(path: Path) -> EvalReport | None:
@@ -411,6 +423,16 @@ STAGES: list[tuple[str, Callable[[Demo], str]]] = [
 ]
 
 
+REAL_STAGES: list[tuple[str, Callable[[Demo], str]]] = [
+    ("on the real robot", demo_real.eval_real_start),
+    ("randomised sim", demo_real.randomized),
+    ("real robot 2", demo_real.eval_randomized),
+    ("real fine-tuning", demo_real.real_online),
+    ("real robot 3", demo_real.eval_real_final),
+]
+"""``--real``: the stand-in plays the real robot (robot_rl.cli.demo_real)."""
+
+
 def run_demo(settings: DemoSettings, skip_to: str | None = None) -> DemoResults:
     """Run the stages in order (from ``skip_to``), print the table; stop at the first failure."""
     if settings.pixels:
@@ -419,11 +441,12 @@ def run_demo(settings: DemoSettings, skip_to: str | None = None) -> DemoResults:
         os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; read when mujoco is first imported
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
     demo = Demo(settings)
-    names = [name for name, _ in STAGES]
+    stages = STAGES + (REAL_STAGES if settings.real else [])
+    names = [name for name, _ in stages]
     first = names.index(skip_to) if skip_to else 0
     demo.load_skipped(names[:first])
     rows = []
-    for name, stage in STAGES[first:]:
+    for name, stage in stages[first:]:
         t0 = time.perf_counter()
         print(f"== {name}", flush=True)
         result = stage(demo)
