@@ -10,7 +10,7 @@ default DSRL (the fine-tuned policy stays frozen and a SAC actor learns, from th
 which starting noise to sample each chunk from), or a residual correction (``--rl-method residual``) ->
 the success rate once more. Prints a table (success at each stage, interventions over time, wall time)
 and writes ``learning_curve.png`` and ``learning_curve_rl.png``. Every stage prints what it did and how
-long it took.
+long it took. ``--real`` goes on to the robot that plays the real one (robot_rl.cli.demo_real).
 """
 
 from __future__ import annotations
