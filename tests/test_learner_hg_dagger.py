@@ -264,3 +264,18 @@ def test_success_fraction_keeps_the_policy_steps_that_ran_to_the_end_of_a_succes
     assert HGDAggerAlgorithm(cfg, tmp_path / "ckpt").learner.successes.total_added == 10
     with pytest.raises(ValueError, match="success_fraction"):
         HGDAggerConfig(intervention_fraction=0.8, success_fraction=0.3)
+
+
+def test_without_demonstrations_the_batch_is_the_human_steps_and_the_credited_own_steps() -> None:
+    data = demos(4, seed=0)
+    learner = HGDAggerLearner(make_policy(data), HGDAggerConfig(batch_size=40, success_fraction=0.25), None)
+    learner.policy.set_stats(data.stats())
+    with pytest.raises(ValueError, match="no data"):
+        learner._batch()
+    own = [t.replace(segment_source=SegmentSource.POLICY, is_intervention=False, segment_id=0)
+           for t in human_rollout(np.random.default_rng(0), 1)]
+    learner.add_successes(own)
+    assert learner._batch()["action"].shape[0] == 40  # only own steps: the whole batch
+    learner.add_rollout(human_rollout(np.random.default_rng(1), 2))
+    batch = learner._batch()
+    assert batch["action"].shape[0] == 40 and learner.update(2)["loss"] > 0

@@ -46,7 +46,7 @@ class SimulatedHumanConfig:
     until the risk falls: the segment a policy learns from then ends where the policy is safe to go on. On the
     pick-and-lift stand-in the risk-only hand-back came at the cube with the fingers still open (median hand
     height over the cube 0 cm, 33% of hand-backs holding it), and fine-tuning on those segments made the
-    policy worse (benchmarks/README.md, Learners on the stand-in)."""
+    policy worse (benchmarks/README.md, The arm on the "real" robot)."""
     expert_gain: float = 1.0
     """Gain of the scripted expert the human acts like (``expert_for(env, gain)``, arm tasks): below 1 the hand
     closes only part of the error each step, as a person does who sees the robot lag behind the stick. On the

@@ -120,8 +120,8 @@ class PolicyConfig:
     """The network also reads every 3-D position of the state (a state key ending in ``_pos``) relative to the
     hand (``tcp_pos``), in units of :data:`RELATIVE_SCALE_M`, at the newest step: the precision a grasp needs
     ("the cube is 1 cm to the left") as a direct input instead of the difference of two values min-max
-    normalised over the whole workspace. Measured on pick-and-lift (benchmarks/README.md, Learners on the
-    stand-in)."""
+    normalised over the whole workspace. Measured on pick-and-lift (benchmarks/README.md, The arm on the
+    "real" robot)."""
 
     def __post_init__(self) -> None:
         if self.n_obs_steps < 1:

@@ -192,13 +192,13 @@ class HGDAggerLearner:
     def _batch(self) -> dict[str, Any]:
         cfg = self.config
         online = self.intervention_dataset()
-        n_int = 0 if online is None else round(cfg.batch_size * cfg.intervention_fraction)
-        if self.demos is None:
-            n_int = cfg.batch_size
-        if online is None and self.demos is None:
-            raise ValueError("HG-DAgger has no data: give demos or add rollouts with human segments")
         own = self.success_dataset() if cfg.success_fraction > 0 else None
-        n_own = 0 if own is None or self.demos is None else round(cfg.batch_size * cfg.success_fraction)
+        if online is None and self.demos is None and own is None:
+            raise ValueError("HG-DAgger has no data: give demos or add rollouts with human segments")
+        n_int = 0 if online is None else round(cfg.batch_size * cfg.intervention_fraction)
+        n_own = 0 if own is None else round(cfg.batch_size * cfg.success_fraction)
+        if self.demos is None:  # no demonstrations: their share goes to the human steps (or the own ones)
+            n_int, n_own = (cfg.batch_size - n_own, n_own) if online is not None else (0, cfg.batch_size)
         parts = []
         if n_int and online is not None:
             parts.append(online.sample(n_int, self.rng))
