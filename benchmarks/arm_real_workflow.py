@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from pick_lift_online import ROOT, human_curve, plot, success_rate
+from pick_lift_online import ROOT, human_curve, last_quarter_share, plot, success_rate
 
 from robot_rl.core.config import load_config
 from robot_rl.learners.actor_process import published_marker
@@ -35,9 +35,8 @@ STAGES = (("randomised sim", "online_pick_lift_randomized.yaml"), ("real robot",
 
 def stage_config(name: str, policy: str, demos: str, overrides: list[str]) -> OnlineConfig:
     """A stage's shipped config with the run's policy, demonstrations and every version kept."""
-    cfg = load_config(OnlineConfig, ROOT / "config" / "learners" / name,
-                      [f"learner.keep_versions={10**6}", f"policy={policy}", f"learner.demos={demos}", *overrides])
-    return cfg
+    return load_config(OnlineConfig, ROOT / "config" / "learners" / name,
+                       [f"learner.keep_versions={10**6}", f"policy={policy}", f"learner.demos={demos}", *overrides])
 
 
 def main() -> None:
@@ -58,7 +57,7 @@ def main() -> None:
     out = Path(args.out)
     real = [f"actor.env_id={args.real_env}", f"actor.env_options={args.real_options}", f"actor.episodes={10**6}"]
     sim = [f"actor.episodes={args.sim_episodes}"]
-    t0, policy, real_cfg = time.perf_counter(), args.policy, None
+    t0, policy = time.perf_counter(), args.policy
     stages: list[dict[str, Any]] = []
     for (label, config), extra in zip(STAGES, (sim, real)):
         if label == STAGES[0][0] and args.sim_episodes == 0:
@@ -72,9 +71,7 @@ def main() -> None:
         stages.append({"label": label, "run": run, "cfg": cfg, "start_s": start, "result": result,
                        "versions": versions})
         policy = str(versions[-1][1])
-        if label == STAGES[1][0]:
-            real_cfg = cfg
-    assert real_cfg is not None
+    real_cfg = stages[-1]["cfg"]  # the robot stage always runs, last
     seconds = time.perf_counter() - t0
     curve = [{"stage": "start", "version": 0, "env_steps": 0, "wall_s": 0.0,
               "success": success_rate(_as(real_cfg, args.policy), None, args.curve_episodes, args.eval_seed)}]
@@ -92,8 +89,8 @@ def main() -> None:
                                                   args.eval_seed)})
             print(curve[-1], flush=True)
     final = success_rate(_as(real_cfg, policy), None, args.eval_episodes, args.eval_seed)
-    episodes = stages[-1]["result"].episodes
-    quarter = episodes[-max(1, len(episodes) // 4):]
+    real_result = stages[-1]["result"]
+    episodes = real_result.episodes
     t_real = episodes[0]["t"] - episodes[0]["seconds"] if episodes else 0.0
     summary: dict[str, Any] = {
         "label": "randomised-sim HG-DAgger -> real-robot HG-DAgger", "seconds": seconds, "budget_s": args.budget_s,
@@ -102,10 +99,9 @@ def main() -> None:
                     "human_steps": int(sum(e["intervention_steps"] for e in s["result"].episodes))} for s in stages],
         "episodes": len(episodes), "env_steps": int(sum(e["steps"] for e in episodes)),
         "human_steps": int(sum(e["intervention_steps"] for e in episodes)),
-        "human_share_last_quarter": sum(e["intervention_steps"] for e in quarter) / max(1, sum(e["steps"]
-                                                                                              for e in quarter)),
-        "human_curve": [{**h, "wall_s": h["wall_s"] + stages[-1]["start_s"]} for h in human_curve(episodes, t_real)],
-        "updates": int(stages[-1]["result"].learner[-1]["updates"]) if stages[-1]["result"].learner else 0,
+        "human_share_last_quarter": last_quarter_share(real_result),
+        "human_curve": [{**h, "wall_s": h["wall_s"] + stages[-1]["start_s"]} for h in human_curve(real_result, t_real)],
+        "updates": int(real_result.learner[-1]["updates"]) if real_result.learner else 0,
         "final_success": final, "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed,
         "real_env": args.real_env, "real_options": json.loads(args.real_options), "curve": curve}
     (out / "result.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")

@@ -27,7 +27,7 @@ import torch
 import robot_rl.sim  # noqa: F401
 from robot_rl.core.config import load_config
 from robot_rl.learners.actor_process import evaluation_agent, published_marker
-from robot_rl.learners.online import run_online
+from robot_rl.learners.online import OnlineResult, run_online
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.policies.base import Policy
 from robot_rl.runtime.weights import list_versions
@@ -80,13 +80,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(curve[-1], flush=True)
     final = success_rate(cfg, versions[-1][1], args.eval_episodes, args.eval_seed) if versions else 0.0
     episodes = result.episodes
-    human = human_curve(episodes, t_start)
-    quarter = episodes[-max(1, len(episodes) // 4):]
     summary = {"method": args.method, "human": args.human, "budget_s": args.budget_s, "seconds": result.seconds,
                "episodes": len(episodes), "env_steps": int(sum(e["steps"] for e in episodes)),
                "human_steps": int(sum(e["intervention_steps"] for e in episodes)),
-               "human_share_last_quarter": sum(e["intervention_steps"] for e in quarter)
-               / max(1, sum(e["steps"] for e in quarter)), "human_curve": human, "env_id": cfg.actor.env_id,
+               "human_share_last_quarter": last_quarter_share(result), "human_curve": human_curve(result, t_start),
+               "env_id": cfg.actor.env_id,
                "eval_seed": args.eval_seed,
                "updates": int(result.learner[-1]["updates"]) if result.learner else 0,
                "final_success": final, "eval_episodes": args.eval_episodes, "curve": curve,
@@ -96,17 +94,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def human_curve(episodes: list[dict[str, Any]], t_start: float, blocks: int = 8) -> list[dict[str, float]]:
+def human_curve(result: OnlineResult, t_start: float, blocks: int = 8) -> list[dict[str, float]]:
     """The human's share of steps in ``blocks`` consecutive blocks of episodes, at their cumulative env steps."""
     out, done = [], 0
-    for part in np.array_split(np.arange(len(episodes)), min(blocks, max(1, len(episodes)))):
-        eps = [episodes[i] for i in part]
-        steps = sum(e["steps"] for e in eps)
-        done += steps
-        out.append({"env_steps": done, "wall_s": float(eps[-1]["t"] - t_start) if eps else 0.0,
-                    "share": sum(e["intervention_steps"] for e in eps) / max(1, steps),
-                    "success_with_human": float(np.mean([e["success"] for e in eps])) if eps else 0.0})
+    for b in result.blocks(min(blocks, max(1, len(result.episodes)))):
+        done += int(b["steps"])
+        out.append({"env_steps": done, "wall_s": float(result.episodes[int(b["last"])]["t"] - t_start),
+                    "share": b["intervention_rate"], "success_with_human": b["success"]})
     return out
+
+
+def last_quarter_share(result: OnlineResult) -> float:
+    """The human's share of the steps of the run's last quarter of episodes (0 without episodes)."""
+    return result.blocks(4)[-1]["intervention_rate"] if result.episodes else 0.0
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:

@@ -42,6 +42,7 @@ def eval_line(report: EvalReport) -> str:
     k, n = sum(report.successes), len(report.successes)
     return f"success {k}/{n} = {report.success_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
 
+
 REAL_ENV_ID = "robot_rl/ArmPickLift-RealStandIn-v0"
 """The robot that plays the real one."""
 RANDOMIZED_CONFIG, REAL_CONFIG = "online_pick_lift_randomized.yaml", "online_pick_lift_real.yaml"
@@ -74,8 +75,7 @@ def online_stage(demo: Demo, config: str, policy: Path, folder: str, episodes: i
         shutil.rmtree(run)
     result = run_online(cfg, run, timeout=3600.0 + episodes * 10.0)
     last = result.learner[-1] if result.learner else {}
-    quarter = result.episodes[-max(1, len(result.episodes) // 4):]
-    share = sum(e["intervention_steps"] for e in quarter) / max(1, sum(e["steps"] for e in quarter))
+    share = result.blocks(4)[-1]["intervention_rate"] if result.episodes else 0.0
     return (f"{len(result.episodes)} episodes on {cfg.actor.env_id}, {last.get('updates', 0)} updates, "
             f"{last.get('human_steps', 0)} human steps (last quarter {share:.0%}), weights v{last.get('version', 0)}")
 

@@ -38,7 +38,11 @@ class OnlineResult:
     """Wall time."""
 
     def blocks(self, n: int) -> list[dict[str, float]]:
-        """Episodes in ``n`` consecutive blocks: success rate, intervention rate and takeovers per episode."""
+        """Episodes in ``n`` consecutive blocks: success, intervention rate, takeovers per episode, env steps.
+
+        The intervention rate is the human's share of the block's steps; the last of 4 blocks is the run's
+        last quarter (``np.array_split`` puts the longer blocks first).
+        """
         out = []
         for part in np.array_split(np.arange(len(self.episodes)), n):
             eps = [self.episodes[i] for i in part]
@@ -49,7 +53,7 @@ class OnlineResult:
                         "success": float(np.mean([e["success"] for e in eps])),
                         "intervention_rate": sum(e["intervention_steps"] for e in eps) / max(1, steps),
                         "takeovers": float(np.mean([e["takeovers"] for e in eps])),
-                        "version": int(max(e["version_end"] for e in eps))})
+                        "version": int(max(e["version_end"] for e in eps)), "steps": steps})
         return out
 
 

@@ -41,8 +41,7 @@ def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
     dyaw = abs(wrap_angle(quat_yaw(obs["object_quat"]) - quat_yaw(obs["tcp_quat"]), np.pi / 2))
     height = float(tcp[2] - obj[2])
     lifted = obj[2] > scenes.CUBE_HALF + 0.01
-    holding = PickLiftExpert.GRASP_MIN <= width <= PickLiftExpert.GRASP_MAX and off_xy < 0.03 and height < 0.03
-    if holding:
+    if _holding(width, off_xy, height):
         return 0.0
     if width < PickLiftExpert.GRASP_MIN:  # closed on nothing (or dropped the cube)
         return 1.0
@@ -53,15 +52,19 @@ def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
     return 1.0 if low and misaligned else 0.0
 
 
+def _holding(width: float, off_xy: float, height: float) -> bool:
+    """Fingers closed on the cube: an opening the cube's size, the hand over it, at its height."""
+    return PickLiftExpert.GRASP_MIN <= width <= PickLiftExpert.GRASP_MAX and off_xy < 0.03 and height < 0.03
+
+
 SECURED_LIFT = 0.02
 """How far off the table the held cube must be for the correction to count as complete [m]."""
+
 
 def pick_lift_secured(obs: Mapping[str, np.ndarray]) -> bool:
     """The cube is held and off the table (2 cm up): from here the policy only has to lift it."""
     tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
-    width = float(obs["gripper_width"][0])
-    held = (PickLiftExpert.GRASP_MIN <= width <= PickLiftExpert.GRASP_MAX
-            and float(np.linalg.norm(obj[:2] - tcp[:2])) < 0.03 and float(tcp[2] - obj[2]) < 0.03)
+    held = _holding(float(obs["gripper_width"][0]), float(np.linalg.norm(obj[:2] - tcp[:2])), float(tcp[2] - obj[2]))
     return bool(held and obj[2] > scenes.CUBE_HALF + SECURED_LIFT)
 
 

@@ -191,8 +191,9 @@ def expert_for(env: gym.Env[Any, Any], gain: float = 1.0) -> Any:
     from robot_rl.sim.experts.quad import HoverExpert
 
     base = env.unwrapped
-    arm = (ArmMultiTaskEnv, ArmPickLiftEnv, ArmPushEnv, ArmReachEnv)
-    if gain != 1.0 and not isinstance(base, arm):
+    experts = ((ArmMultiTaskEnv, MultiTaskExpert), (ArmPickLiftEnv, PickLiftExpert), (ArmPushEnv, PushExpert),
+               (ArmReachEnv, ReachExpert))
+    if gain != 1.0 and not isinstance(base, tuple(cls for cls, _ in experts)):
         raise ValueError(f"gain: only the arm experts take one, not {type(base).__name__}'s")
     if isinstance(base, HumanoidWalkEnv):
         return WalkingController(policy_hz=float(base.config.policy_hz))
@@ -203,8 +204,6 @@ def expert_for(env: gym.Env[Any, Any], gain: float = 1.0) -> Any:
             raise TypeError("the hover expert emits thrust_body_rates actions; make the env with that control_mode")
         return HoverExpert()
     hz = float(base.config.policy_hz)  # type: ignore[attr-defined]
-    experts = ((ArmMultiTaskEnv, MultiTaskExpert), (ArmPickLiftEnv, PickLiftExpert), (ArmPushEnv, PushExpert),
-               (ArmReachEnv, ReachExpert))
     for cls, expert in experts:
         if isinstance(base, cls):
             return expert(hz, gain)
