@@ -1,6 +1,7 @@
 """The online loop on the ROS 2 graph: policy node -> learner node -> new weights -> policy node.
 
-Brought up from sim_arm_policy.launch.yaml with ``learn:=true``: the policy node streams every step to
+Brought up from sim_arm_policy.launch.yaml with ``learn:=true`` and ``stand_in:=default`` (the sim plays the
+robot that plays the real one, as ArmPickLift-RealStandIn-v0 does): the policy node streams every step to
 the learner node, a human takeover (teleop's ``~/set_intervention``) marks steps as interventions,
 the learner trains on them, publishes a version, and the policy node swaps it in; the success event
 ends the episode. After shutdown the learner's checkpoint holds the human steps as interventions.
@@ -31,7 +32,8 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 def test_policy_node_streams_to_the_learner_node_and_swaps_its_weights(tmp_path: Path) -> None:
     ckpt = _policy().save(tmp_path / "policy")
     description, run = online_graph(tmp_path, ckpt, {"learner": {"min_intervention_steps": 5, "publish_every": 20,
-                                                                 "checkpoint_every_s": 2.0}})
+                                                                 "checkpoint_every_s": 2.0}},
+                                     stand_in="default")
     status: list[dict] = []
     learner_versions: list[int] = []
     policy_versions: list[int] = []
@@ -54,6 +56,7 @@ def test_policy_node_streams_to_the_learner_node_and_swaps_its_weights(tmp_path:
                 assert spin(20, until=future.done) and future.result() is not None
 
             assert spin(90, until=lambda: status and status[-1]["steps"] >= 20), graph.log("learner")
+            assert "stand-in 'default' (commands 30 ms late)" in graph.log("sim")
             assert status[-1]["human_steps"] == 0 and status[-1]["updates"] == 0  # no human data yet: no training
             call(intervene, SetBool.Request(data=True))
             assert spin(30, until=lambda: status[-1]["human_steps"] >= 15), graph.log("learner")

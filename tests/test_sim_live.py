@@ -83,3 +83,49 @@ def test_emulated_torque_hardware_brakes_until_commanded_and_when_the_stream_sto
         assert np.max(np.abs(sim.state().q - held.q)) < 1e-3
     finally:
         sim.close()
+
+
+def test_a_stand_in_live_sim_is_the_stand_in_robot_heavier_and_answering_late() -> None:
+    """``stand_in``: the model carries the perturbation set (the same masses as the -RealStandIn-v0 env), and a
+    pose target reaches the controller ``action_latency_s`` late, the gripper command too."""
+    import gymnasium as gym
+
+    import robot_rl.sim  # noqa: F401
+    from robot_rl.sim.stand_in import stand_in
+
+    with pytest.raises(ValueError, match="no stand-in 'moon'"):
+        LiveSimConfig(robot="panda", stand_in="moon")
+    nominal, real = LiveSim(LiveSimConfig(robot="panda")), LiveSim(LiveSimConfig(robot="panda", stand_in="default"))
+    env = gym.make("robot_rl/ArmPickLift-RealStandIn-v0")
+    try:
+        env.reset(seed=0)
+        scale = stand_in("panda", "default").mass_scale[0]
+        assert np.allclose(real.model.body_mass, nominal.model.body_mass * scale)
+        assert np.allclose(real.model.body_mass, env.unwrapped.model.body_mass)  # the env's stand-in, as built
+        assert real.command_delay == pytest.approx(0.03)
+
+        def response(sim: LiveSim) -> list[float]:
+            """TCP height per 10 ms tick over 0.2 s after the target jumps 5 cm up (a 20 Hz target stream)."""
+            pos, quat = sim.ee_pose()
+            for _ in range(30):  # 1.5 s streaming the current pose: past the safety layer's 1 s blend-in
+                assert sim.submit(PoseTarget(pos, quat))
+                sim.step(25)
+            start, heights = sim.ee_pose()[0][2], []
+            sim.set_gripper(0.0)
+            for k in range(20):
+                if k % 5 == 0:
+                    assert sim.submit(PoseTarget(pos + np.array([0.0, 0.0, 0.05]), quat))
+                sim.step(5)
+                heights.append(float(sim.ee_pose()[0][2] - start))
+            return heights
+
+        fast, late = response(nominal), response(real)
+        assert nominal.gripper == 0.0 and real.gripper == 0.0  # delivered within the 0.2 s
+        moved = [k for k, h in enumerate(fast) if h > 1e-3][0]
+        assert [k for k, h in enumerate(late) if h > 1e-3][0] >= moved + 2  # 30 ms = 3 ticks later, at least 2
+        real.reset()
+        assert not real._in_flight
+    finally:
+        nominal.close()
+        real.close()
+        env.close()

@@ -19,9 +19,12 @@ Run folder layout (everything a restart needs; nothing pickled)::
     <run>/checkpoint/sac/       residual / rlpd: actor, critics, optimisers, counters (atomic folder swap)
     <run>/checkpoint/steps/     every received transition (append-only safetensors chunks)
     <run>/checkpoint/interventions/  the human-controlled steps
+    <run>/deployed/             with ``learner.gate``: a copy of the deployed version (robot_rl.learners.deployment_gate)
+    <run>/checkpoint/gate.json  with ``learner.gate``: which version is deployed, which is on trial, their outcomes
     <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time, the means of the
-                                algorithm's other metrics since the last publish (Q, temperature...) (and an
-                                ``error`` line if the weights turned non-finite: nothing is published after it)
+                                algorithm's other metrics since the last publish (Q, temperature...), an
+                                ``error`` line if the weights turned non-finite (nothing is published after
+                                it) and, with ``learner.gate``, a ``gate`` line per verdict on a candidate
 
 A learner killed at any moment restarts from the last checkpoint with both buffers as they were then
 (the buffers are saved before the state, each atomically). Stop it with SIGTERM/SIGINT or by creating
@@ -51,7 +54,9 @@ from robot_rl.fleet.transport import SocketTransitionServer, announce, load_or_c
 from robot_rl.fleet.wire import CONFIG_FILE, pack_weights, parse_address, tls_server_context
 from robot_rl.learners.algorithms import registry
 from robot_rl.learners.buffers import ReplayBuffer, truncate_saved
+from robot_rl.learners.deployment_gate import GatedPublisher
 from robot_rl.learners.online_config import OnlineConfig
+from robot_rl.learners.task_success import observed_success
 from robot_rl.runtime.weights import WeightsPublisher
 
 
@@ -128,6 +133,8 @@ class OnlineLearner:
         self.commits = 0
         self.last_checkpoint: float | None = None
         self._local_actors: dict[int, dict[str, Any]] = {}
+        self.gate: GatedPublisher | None = None
+        """The deployment gate (``learner.gate.enabled``): new versions go out on trial."""
         """Per actor of this machine's socket (episode ids of actor i start at 1_000_000 * i): counters."""
         commit = self._restore_commit()
         self.algorithm = make_algorithm(cfg, self.ckpt)
@@ -148,6 +155,8 @@ class OnlineLearner:
         self._metrics: dict[str, list[float]] = {}
         """The algorithm's other metrics since the last publish (Q, temperature, entropy...), logged as means."""
         self._failure_logged = False
+        if cfg.learner.gate.enabled:
+            self.gate = self._make_gate()
 
     # ----------------------------------------------------------------------------- pieces
     @property
@@ -165,6 +174,10 @@ class OnlineLearner:
         if not transitions:
             return
         self.algorithm.add(transitions)
+        if self.gate is not None:
+            for decision in self.gate.add(transitions):
+                self._log({"t": time.time(), "updates": self.updates, "version": self.publisher.version,
+                           **decision.line()})
         if local:
             now = time.time()
             for t in transitions:
@@ -187,15 +200,20 @@ class OnlineLearner:
         if self.algorithm.failure is not None:
             self._log_failure()
 
-    def publish(self) -> int:
+    def publish(self, start: bool = False) -> int:
         """Publish the current weights as the next version and log a line; returns the newest version.
 
-        That is the last good one when the algorithm may not publish (during a warm-up, after a failure).
+        That is the last good one when the algorithm may not publish (during a warm-up, after a failure) or
+        the deployment gate holds new versions back (one on trial, the deployed one not measured yet).
+        ``start``: the run's first publication, its starting weights.
         """
-        if not self.algorithm.can_publish():
+        gated = self.gate is not None and not self.gate.may_publish(start)
+        if gated or not self.algorithm.can_publish():
             self._last_publish = self.updates
             return self.publisher.version
         version = self.publisher.publish(self.algorithm.publish)
+        if self.gate is not None:
+            self.gate.published(version)
         self._broadcast(version)
         self._last_publish = self.updates
         line = {"t": time.time(), "version": version, "updates": self.updates,
@@ -205,6 +223,18 @@ class OnlineLearner:
         self._losses, self._metrics = [], {}
         self._log(line)
         return version
+
+    def _make_gate(self) -> GatedPublisher:
+        """The deployment gate of this run; its tasks must have an observed success rule."""
+        try:
+            rules = [observed_success(task) for task in self.cfg.task_ids()]
+        except ValueError as exc:
+            raise ValueError(f"learner.gate: {exc}") from None
+
+        def success(episode: Sequence[Transition]) -> bool:
+            return any(rules[t.task](t.next_observation) for t in episode if t.task < len(rules))
+
+        return GatedPublisher(self.cfg.learner.gate, self.run_dir, self.publisher, self.algorithm, success)
 
     def _log(self, line: dict[str, Any]) -> None:
         with (self.run_dir / "learner_log.jsonl").open("a", encoding="utf-8") as f:
@@ -237,6 +267,8 @@ class OnlineLearner:
         names the rows, the held steps and the actors' batch marks that belong to this checkpoint.
         """
         self.algorithm.checkpoint()
+        if self.gate is not None:
+            self.gate.save()
         held = self.algorithm.held()
         self.commits = write_commit(self.ckpt, self.inbox, {"steps": self.steps.total_added,
                                                             "interventions": self.algorithm.interventions.total_added},
@@ -272,7 +304,7 @@ class OnlineLearner:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self.stop)
         if self.publisher.version == 0 or self.resumed_from is not None:
-            self.publish()  # actors start from (or return to) the learner's weights
+            self.publish(start=True)  # actors start from (or return to) the learner's weights
         elif self.tcp is not None:
             self._broadcast(self.publisher.version)
         tcp = None if self.tcp is None else list(self.tcp.address)
@@ -301,7 +333,12 @@ class OnlineLearner:
                     last_status = time.monotonic()
             for receiver in receivers:
                 self.add(receiver.receive(timeout=0.2), local=receiver is server)  # what is still in flight
-            if self.updates != self._last_publish:
+            if self.gate is not None:  # no untried version goes out last; one on trial is taken back
+                decision = self.gate.finish()
+                if decision is not None:
+                    self._log({"t": time.time(), "updates": self.updates, "version": self.publisher.version,
+                               **decision.line()})
+            elif self.updates != self._last_publish:
                 self.publish()
             self.checkpoint()  # acknowledged to the TCP actors still connected
             status.update(self.status(), self.actor_status())

@@ -18,6 +18,7 @@ from robot_rl.learners.algorithms.dsrl_online import DSRLRunConfig
 from robot_rl.learners.algorithms.hg_dagger import HGDAggerConfig
 from robot_rl.learners.algorithms.residual import ResidualConfig
 from robot_rl.learners.algorithms.rlpd import RLPDConfig
+from robot_rl.learners.deployment_gate import GateConfig
 from robot_rl.learners.simulated_human import SimulatedHumanConfig
 from robot_rl.paths import package_share_dir
 
@@ -92,6 +93,9 @@ class LearnerConfig:
     """Episode store (zarr) of demonstrations mixed into every batch (empty: interventions only)."""
     hg_dagger: HGDAggerConfig = field(default_factory=HGDAggerConfig)
     """Behaviour cloning on human-gated segments plus demos."""
+    gate: GateConfig = field(default_factory=GateConfig)
+    """Deployment gate: new versions go out on trial and are taken back when they do worse than the deployed
+    one (robot_rl.learners.deployment_gate); off by default."""
     min_intervention_steps: int = 20
     """Human steps to collect before the first gradient step (HG-DAgger)."""
     update_to_data: float = 2.0

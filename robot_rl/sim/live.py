@@ -11,6 +11,7 @@ so the ROS sim node only converts messages, and tests can drive it without ROS.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import mujoco
@@ -24,7 +25,10 @@ from robot_rl.control.stepping import StateIndex
 from robot_rl.control.targets import FlightTarget, PoseTarget
 from robot_rl.control.watchdog import Watchdog
 from robot_rl.robots import DESCRIPTIONS, actuator_indices, description
+from robot_rl.sim.actuation import ActuatorPipeline
 from robot_rl.sim.backend import MujocoBackend
+from robot_rl.sim.randomize import ModelRandomizer
+from robot_rl.sim.stand_in import stand_in, stand_ins
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,14 @@ class LiveSimConfig:
     """With ``effort_input``: torque commands older than this [s, sim time] engage the brakes."""
     brake_hz: float = 10.0
     """With ``effort_input``: bandwidth of the emulated brakes (a critically damped joint hold) [Hz]."""
+    stand_in: str = ""
+    """A named perturbation set of the robot (its description's ``stand_ins``, robot_rl.sim.stand_in) that makes
+    this simulation play "the real robot" on a ROS graph, as the ``-RealStandIn-v0`` envs do: masses, friction,
+    damping and actuator gains written into the model, every target and gripper command arriving
+    ``action_latency_s`` late, and the actuator delay, lag and noise of :mod:`robot_rl.sim.actuation` (its
+    observation noise is not added: the node publishes what the simulator measures). "": the nominal robot."""
+    stand_in_seed: int = 0
+    """Seed of the stand-in's actuator noise (its other values are fixed)."""
 
     def __post_init__(self) -> None:
         if self.robot not in DESCRIPTIONS:
@@ -58,6 +70,9 @@ class LiveSimConfig:
             raise ValueError(f"effort_timeout_s must be positive, got {self.effort_timeout_s}")
         if not 0 < self.brake_hz <= self.physics_hz / 10:
             raise ValueError(f"brake_hz must be in (0, physics_hz / 10], got {self.brake_hz}")
+        if self.stand_in and self.stand_in not in stand_ins(self.robot):
+            raise ValueError(f"stand_in: {self.robot} has no stand-in {self.stand_in!r} "
+                             f"(has {sorted(stand_ins(self.robot))})")
 
 
 class LiveSim:
@@ -84,6 +99,20 @@ class LiveSim:
         self._effort_watchdog = Watchdog(config.effort_timeout_s)
         self._braked_at: np.ndarray | None = None
         """Joint positions the brakes hold (effort_input without a fresh command); None: released."""
+        self.perturbation = stand_in(config.robot, config.stand_in) if config.stand_in else None
+        """The stand-in's perturbation set (None: the nominal robot)."""
+        self.pipeline: ActuatorPipeline | None = None
+        self._in_flight: deque[tuple[float, str, object, str]] = deque()
+        """Commands on their way to the stand-in: (due time, kind, value, source), oldest first."""
+        self.command_delay = 0.0
+        """How late commands reach the actuators' controller [s, sim time] (the stand-in's action latency)."""
+        if self.perturbation is not None:
+            p, rng = self.perturbation, np.random.default_rng(config.stand_in_seed)
+            ModelRandomizer(model, self.actuators).apply(p, rng)  # collapsed ranges: the values it names
+            lo, hi = model.actuator_ctrlrange[self.actuators].T
+            self.pipeline = ActuatorPipeline(len(self.actuators), lo, hi, model.opt.timestep)
+            self.command_delay = float(np.mean(p.action_latency_s))
+            self._pipeline_rng = rng
         self.reset()
 
     # --- state -----------------------------------------------------------------------------------------------
@@ -142,15 +171,41 @@ class LiveSim:
         self.controller.reset(self.state())
         self._effort = np.zeros(self.controller.n_commands)
         self._braked_at = self.state().q  # braked until the first command (state() copies)
+        self._in_flight.clear()
+        if self.pipeline is not None and self.perturbation is not None:
+            p = self.perturbation
+            mujoco.mj_forward(self.model, self.data)
+            self.pipeline.reset(self._raw_control(), float(np.mean(p.latency_s)), float(np.mean(p.motor_time_constant_s)),
+                                p.action_noise_std, self._pipeline_rng)
 
     def submit(self, target: object, source: str = "policy") -> bool:
-        """Hand a target to the safety layer; False (reason in :attr:`status`) when it is refused."""
+        """Hand a target to the safety layer; False (reason in :attr:`status`) when it is refused.
+
+        On a stand-in with a command delay the target is in flight first: True here, the safety layer's
+        verdict (in :attr:`status`) when it arrives.
+        """
+        if self.command_delay > 0:
+            self._in_flight.append((self.time + self.command_delay, "target", target, source))
+            return True
         return self.controller.submit(target, self.time, source)
 
     def set_gripper(self, opening: float) -> None:
-        """Gripper target in [0 closed, 1 open] (arms); values outside are clipped."""
-        if np.isfinite(opening):
+        """Gripper target in [0 closed, 1 open] (arms); values outside are clipped (late on a delayed stand-in)."""
+        if not np.isfinite(opening):
+            return
+        if self.command_delay > 0:
+            self._in_flight.append((self.time + self.command_delay, "gripper", float(opening), ""))
+        else:
             self.gripper = float(np.clip(opening, 0.0, 1.0))
+
+    def _deliver(self) -> None:
+        """Commands in flight whose time has come reach the robot."""
+        while self._in_flight and self._in_flight[0][0] <= self.time + 1e-9:
+            due, kind, value, source = self._in_flight.popleft()
+            if kind == "gripper":
+                self.gripper = float(np.clip(float(value), 0.0, 1.0))  # type: ignore[arg-type]
+            else:
+                self.controller.submit(value, due, source)
 
     def set_override(self, human: bool) -> None:
         """A human takes (True) or gives back (False) control."""
@@ -181,7 +236,12 @@ class LiveSim:
         self._braked_at = None
 
     def step(self, n: int = 1) -> str:
-        """Advance ``n`` physics steps with the controller at every step; "" or why the sim diverged."""
+        """Advance ``n`` physics steps with the controller at every step; "" or why the sim diverged.
+
+        Commands in flight (a delayed stand-in) are delivered at the start of the call that reaches their time.
+        """
+        if self._in_flight:
+            self._deliver()
         return self.backend.step(n, self.actuators, self._control)
 
     @property
@@ -190,6 +250,10 @@ class LiveSim:
         return self._braked_at is not None
 
     def _control(self) -> np.ndarray:
+        command = self._raw_control()
+        return command if self.pipeline is None else self.pipeline(command)
+
+    def _raw_control(self) -> np.ndarray:
         if self.config.effort_input:
             if self._braked_at is None and self._effort_watchdog.stale(self.time):
                 self._braked_at = self.index.read(self.data).q.copy()

@@ -88,18 +88,27 @@ def steered_executor(policy: Policy, action_steps: int | None) -> ExecutorConfig
 class NoiseActorWeights:
     """A published noise actor: network, the state keys it reads, the chunk shape and the base it steers."""
 
-    def __init__(self, actor: GaussianActor, meta: dict[str, Any]) -> None:
+    def __init__(self, actor: GaussianActor | None, meta: dict[str, Any]) -> None:
         self.actor, self.meta = actor, meta
+        """None: a published *base* version (the base samples its own noise, as before the first version)."""
         self.state_dims: dict[str, int] = {str(k): int(v) for k, v in meta["state_dims"].items()}
         self.version = int(meta["version"])
         self.noise_scale = float(meta["noise_scale"])
         self.shape = (int(meta["horizon"]), int(meta["action_dim"]))
 
     @staticmethod
-    def write(folder: Path, learner: DSRLLearner, version: int, extra: dict[str, Any]) -> None:
-        """``noise_actor.safetensors`` + ``noise_actor.json`` (the marker, written last) into ``folder``."""
-        save_file({k: v.detach().cpu().contiguous().clone() for k, v in learner.actor.state_dict().items()},
-                  str(folder / WEIGHTS))
+    def write(folder: Path, learner: DSRLLearner, version: int, extra: dict[str, Any],
+              base_only: bool = False) -> None:
+        """``noise_actor.safetensors`` + ``noise_actor.json`` (the marker, written last) into ``folder``.
+
+        ``base_only``: no network, only the marker (``"base_only": true``): actors go back to the base's own
+        noise, what the run started with (the deployment gate's way back to the start).
+        """
+        if base_only:
+            extra = {**extra, "base_only": True}
+        else:
+            save_file({k: v.detach().cpu().contiguous().clone() for k, v in learner.actor.state_dict().items()},
+                      str(folder / WEIGHTS))
         meta = {"format": FORMAT, "version": version, "state_dims": learner.state_dims,
                 "n_obs_steps": learner.n_obs_steps, "horizon": learner.horizon, "action_dim": learner.action_dim,
                 "action_steps": learner.action_steps, "hidden": learner.config.hidden,
@@ -114,6 +123,8 @@ class NoiseActorWeights:
         meta = json.loads((folder / MARKER).read_text(encoding="utf-8"))
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise SpecError(f"{folder}: not a DSRL noise actor")
+        if meta.get("base_only") is True:
+            return cls(None, meta)
         obs_dim = int(meta["n_obs_steps"]) * sum(int(v) for v in meta["state_dims"].values())
         with torch.random.fork_rng(devices=[]):  # the initial weights are overwritten: leave torch's RNG alone
             actor = GaussianActor(obs_dim, int(meta["horizon"]) * int(meta["action_dim"]), int(meta["hidden"]), 0.0)
@@ -137,8 +148,10 @@ class NoiseActorWeights:
 
     @torch.no_grad()
     def noise(self, policy: Policy, history: Mapping[str, np.ndarray], deterministic: bool,
-              generator: torch.Generator | None) -> np.ndarray:
-        """The (H, A) starting noise for one observation history {key: (To, ...)}."""
+              generator: torch.Generator | None) -> np.ndarray | None:
+        """The (H, A) starting noise for one observation history {key: (To, ...)} (None: the base's own)."""
+        if self.actor is None:
+            return None
         device = policy.device
         parts = [policy.normalizer.normalize(k, torch.from_numpy(np.asarray(history[k], np.float32))[None].to(device))
                  .flatten(1) for k in self.state_dims]
@@ -378,6 +391,10 @@ class DSRLAlgorithm(OffPolicyAlgorithm):
         """Write the noise actor (not the critics) as a published version."""
         NoiseActorWeights.write(folder, self.dsrl, version,
                                 {"updates": self.updates, "config": config_to_dict(self.cfg)})
+
+    def publish_start(self, folder: Path, version: int) -> None:
+        """The run's start as a version: the base's own noise (where the deployment gate goes back to)."""
+        NoiseActorWeights.write(folder, self.dsrl, version, {"updates": self.updates}, base_only=True)
 
     def save_networks(self) -> None:
         """Networks, optimisers, counters into ``dsrl/``: written beside it, then swapped in by two renames."""

@@ -37,6 +37,7 @@ from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, register
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.credit import assign_credit
+from robot_rl.learners.open_episodes import OpenEpisodes
 from robot_rl.learners.task_success import observed_success
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.training.checkpoint import load_training_state, save_training_state
@@ -293,7 +294,7 @@ class HGDAggerAlgorithm:
                                             aux_keys=pc.aux_keys)
         self.learner = HGDAggerLearner(policy, lc.hg_dagger, demos, device=lc.device)
         self.succeeded = observed_success(cfg.actor.env_id) if lc.hg_dagger.success_fraction > 0 else None
-        self._episodes: dict[int, list[Transition]] = {}
+        self._episodes = OpenEpisodes(MAX_OPEN_EPISODES)
         self.steps = ReplayBuffer(lc.capacity)
         self.updates = 0
         self.failure: str | None = None
@@ -326,18 +327,11 @@ class HGDAggerAlgorithm:
 
     def _credit(self, transitions: Sequence[Transition]) -> None:
         """Collect each episode's steps; at its end hand the policy steps credited +1 to the learner."""
-        for t in transitions:
-            episode = self._episodes.setdefault(t.episode_id, [])
-            episode.append(t)
-            if not (t.terminated or t.truncated):
-                continue
-            del self._episodes[t.episode_id]
-            assert self.succeeded is not None
+        assert self.succeeded is not None
+        for episode in self._episodes.add(transitions):
             success = any(self.succeeded(s.next_observation) for s in episode)
             credit = assign_credit(episode, success)
             self.learner.add_successes([s for s, c in zip(episode, credit.step_credit) if c > 0])
-        while len(self._episodes) > MAX_OPEN_EPISODES:  # an actor stopped mid-episode: its steps never end
-            self._episodes.pop(next(iter(self._episodes)))
 
     def held(self) -> list[Transition]:
         """None: every step goes straight into the buffers."""
