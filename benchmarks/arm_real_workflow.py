@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,19 @@ def main() -> None:
     parser.add_argument("--sim-episodes", type=int, default=300, help="stage 1 episodes (0 skips it)")
     parser.add_argument("--real-env", default="robot_rl/ArmPickLift-RealStandIn-v0")
     parser.add_argument("--real-options", default="{}", help="JSON env options of the real env")
+    parser.add_argument("--real-robot", default="", help="a robot only the tests define (tests/helpers/real_robots.py: "
+                        "R2, R3): the nominal env with its perturbation set (wins over --real-env/--real-options)")
     parser.add_argument("--curve-episodes", type=int, default=30)
     parser.add_argument("--curve-points", type=int, default=3, help="versions evaluated per stage")
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--eval-seed", type=int, default=700_000)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.real_robot:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from helpers.real_robots import NOMINAL_ENV, env_options
+
+        args.real_env, args.real_options = NOMINAL_ENV, json.dumps(env_options(args.real_robot))
     out = Path(args.out)
     real = [f"actor.env_id={args.real_env}", f"actor.env_options={args.real_options}", f"actor.episodes={10**6}"]
     sim = [f"actor.episodes={args.sim_episodes}"]

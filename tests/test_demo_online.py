@@ -27,7 +27,7 @@ MARGIN = 0.15
 def test_reduced_demo_improves_success_and_interventions_fade(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["demo", "--out", str(tmp_path), "--episodes", "20", "--bc-steps", "1000",
-                 "--eval-episodes", "20", "--online-episodes", "100", "--rl-seconds", "45"])
+                 "--eval-episodes", "20", "--online-episodes", "100", "--rl-seconds", "45", "--story", "nominal"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "behaviour cloning ->" in printed and "takeovers/episode" in printed

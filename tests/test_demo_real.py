@@ -1,4 +1,5 @@
-"""``robot-rl demo --real`` wires its stages: the stand-in plays the real robot after the nominal stages.
+"""``robot-rl demo`` (its default story) wires its stages: the stand-in plays the real robot after the simulator
+stages; ``--stop-after`` stops where a user likes.
 
 A tiny run (2 demonstrations, 3 episodes per online stage, 2 evaluation episodes) checks the wiring, not
 the success rates (benchmarks/README.md, The arm on the "real" robot, has those): each stage starts from the
@@ -23,8 +24,8 @@ from robot_rl.cli.main import main
 def test_demo_real_runs_every_stage_from_the_previous_ones_weights(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["demo", "--out", str(tmp_path), "--episodes", "2", "--bc-steps", "20", "--eval-episodes", "2",
-                 "--online-episodes", "3", "--rl-seconds", "0", "--real", "--randomized-episodes", "3",
-                 "--real-episodes", "3", "--eval-workers", "1"])
+                 "--online-episodes", "3", "--randomized-episodes", "3", "--real-episodes", "3",
+                 "--eval-workers", "1"])
     assert code == 0
     printed = capsys.readouterr().out
     assert f"on the robot that plays the real one ({REAL_ENV_ID})" in printed
@@ -41,3 +42,18 @@ def test_demo_real_runs_every_stage_from_the_previous_ones_weights(tmp_path: Pat
     assert real["actor"]["env_id"] == REAL_ENV_ID and real["learner"]["hg_dagger"]["success_fraction"] == 0.25
     assert real["policy"].startswith(str(tmp_path / "randomized" / "weights"))
     assert real["learner"]["demos"] == str(tmp_path / "demos.zarr")
+    assert real["learner"]["gate"]["enabled"]  # what acts on the robot goes through the deployment gate
+    assert not (tmp_path / "rl").exists() and "reinforcement" not in printed  # the nominal story's RL stage
+    for folder in ("randomized", "real"):
+        assert (tmp_path / f"learning_curve_{folder}.png").stat().st_size > 10_000
+
+
+def test_stop_after_ends_the_story_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["demo", "--out", str(tmp_path), "--episodes", "2", "--bc-steps", "20", "--eval-episodes", "2",
+                 "--eval-workers", "1", "--stop-after", "behaviour cloning"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "== behaviour cloning" in printed and "== evaluation" not in printed
+    assert (tmp_path / "bc" / "policy").is_dir() and not (tmp_path / "eval_before").exists()
+    with pytest.raises(SystemExit, match="no stage 'reinforcement'"):
+        main(["demo", "--out", str(tmp_path), "--stop-after", "reinforcement"])

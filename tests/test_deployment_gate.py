@@ -69,7 +69,7 @@ def test_a_candidate_as_good_as_the_deployed_one_is_kept_and_a_worse_one_refused
     (i, d), = feed(gate, 3, [True, True, False, True], start=300)
     # against 1.0 even 9/10 is too few (Wilson upper bound 0.96): refused at the first failure
     assert i == 2 and not d.kept and gate.incumbent == 2 and gate.candidate is None
-    assert d.successes == 2 and d.episodes == 3 and d.upper < d.incumbent_rate == 1.0
+    assert d.successes == 2 and d.episodes == 3 and d.upper < d.incumbent_rate == 1.0 and d.back_to == 2
 
 
 def test_within_the_noise_of_its_own_estimate_a_candidate_is_kept() -> None:
@@ -87,6 +87,23 @@ def test_within_the_noise_of_its_own_estimate_a_candidate_is_kept() -> None:
     before = gate.counts(2)
     feed(gate, 4, [True, False], start=120)
     assert gate.counts(2) == (before[0] + 1, before[1] + 2)
+
+
+def test_a_deployed_version_that_turns_out_worse_than_the_best_is_withdrawn_for_it() -> None:
+    gate = DeploymentGate(GateConfig(enabled=True, trial_episodes=10))
+    gate.started(1)
+    feed(gate, 1, [True] * 9 + [False])  # 9/10
+    gate.published(2)
+    (_, d), = feed(gate, 2, [True] * 8 + [False] * 2, start=50)
+    assert d.kept and gate.incumbent == 2 and gate.best() == 1  # 8/10 is within the noise of 0.9, not the best
+    verdicts = feed(gate, 2, [False] * 10, start=100)
+    (i, w), = verdicts
+    # withdrawn once its own interval's upper end falls below v1's 0.9, not before, and v1 is deployed again
+    assert w.kind == "watch" and not w.kept and w.back_to == 1 and gate.incumbent == 1
+    k, n = 8, 10 + i + 1
+    from robot_rl.training.evaluate import wilson_interval
+    assert wilson_interval(k, n)[1] < 0.9 <= wilson_interval(k, n - 1)[1]
+    assert gate.decide() is None  # v1 is the best and deployed: nothing to withdraw
 
 
 def test_mixed_version_episodes_count_for_nobody_and_a_human_step_is_a_failure_of_the_policy() -> None:
@@ -170,7 +187,7 @@ def test_the_learner_holds_candidates_back_takes_refused_ones_back_and_keeps_the
     assert learner.publish() == 3
     (line,) = play(learner, 3, [True] * 4, start=3000)
     assert line["gate"] == "kept" and learner.gate is not None and learner.gate.deployed == 3
-    kept = load_file(str(tmp_path / "run" / "deployed" / WEIGHTS))
+    kept = load_file(str(tmp_path / "run" / "deployed" / "v3" / WEIGHTS))
     play(learner, 3, [True] * 4, start=4000)
     learner.train(2)
     assert learner.publish() == 4

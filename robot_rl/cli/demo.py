@@ -1,16 +1,19 @@
-"""The main job on embedded defaults: demonstrations -> behaviour cloning -> online fine-tuning -> better.
+"""The main job on embedded defaults: from demonstrations in simulation to a policy that works on the "real" robot.
 
-Stages: installation check -> scripted-expert demonstrations of Panda pick-and-lift into a crash-safe
-episode store (validated, plotted, exported to LeRobot v3) -> a flow-matching policy trained on them
-(behaviour cloning) -> its success rate on unseen seeds -> online fine-tuning: a learner process trains
-HG-DAgger on the corrections of a simulated human who takes over when a grasp is about to fail, while an
-actor process keeps running episodes and swaps in each new version between action chunks -> the success
-rate on the same seeds again -> reinforcement learning on top for ``--rl-seconds`` (300; 0 skips it): by
-default DSRL (the fine-tuned policy stays frozen and a SAC actor learns, from the sparse success reward,
-which starting noise to sample each chunk from), or a residual correction (``--rl-method residual``) ->
-the success rate once more. Prints a table (success at each stage, interventions over time, wall time)
-and writes ``learning_curve.png`` and ``learning_curve_rl.png``. Every stage prints what it did and how
-long it took. ``--real`` goes on to the robot that plays the real one (robot_rl.cli.demo_real).
+The default story (``--story real``): installation check -> scripted-expert demonstrations of Panda
+pick-and-lift into a crash-safe episode store (validated, plotted, exported to LeRobot v3) -> a
+flow-matching policy trained on them (behaviour cloning) -> its success rate on unseen seeds -> online
+fine-tuning in the simulator: a learner process trains HG-DAgger on the corrections of a simulated human
+who takes over when a grasp is about to fail, while an actor process keeps running episodes and swaps in
+each new version between action chunks -> the success rate on the same seeds again -> then the robot that
+plays the real one (``ArmPickLift-RealStandIn-v0``, robot_rl.cli.demo_real): the drop there -> HG-DAgger in
+a randomised simulator (no real data) -> the success there again -> HG-DAgger on the "real" robot with the
+simulated human, behind the deployment gate -> the final success there. ``--story nominal`` is the
+simulator-only demo: after HG-DAgger, reinforcement learning on top for ``--rl-seconds`` (300; 0 skips it),
+DSRL by default or a residual correction (``--rl-method residual``), and the success rate once more.
+``--stop-after`` stops after any stage, ``--skip-to`` starts from one with the earlier stages' outputs.
+Prints a table (success at each stage, interventions over time, wall time) and writes a learning curve per
+online stage (``learning_curve*.png``). Every stage prints what it did and how long it took.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes each evaluation runs its episodes in (same report; default: "
                         "%(default)s, up to 2 CPU cores)")
     parser.add_argument("--rl-seconds", type=float, default=300.0,
-                        help="wall-clock budget of reinforcement learning on the fine-tuned policy (0 skips it)")
+                        help="story nominal: wall-clock budget of reinforcement learning on the fine-tuned policy "
+                        "(0 skips it)")
     parser.add_argument("--rl-method", choices=sorted(RL_CONFIGS), default="dsrl",
                         help="dsrl (steer the frozen policy's sampling noise; the best measured) or residual")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -55,15 +59,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the policy sees the task only through 64x64 front and wrist cameras (plus "
                         "proprioception; config flow_pick_lift_pixels.yaml); slower: rendering on CPU, and it "
                         "needs more data: --episodes 100 --bc-steps 4000")
-    parser.add_argument("--real", action="store_true",
-                        help="then take the policy to the robot that plays the real one (ArmPickLift-RealStandIn-v0): "
-                        "measure the drop, HG-DAgger in a randomised simulator, HG-DAgger on the stand-in with the "
-                        "simulated human, the final success there (robot_rl.cli.demo_real)")
+    parser.add_argument("--story", choices=sorted(STORIES), default="real",
+                        help="real (default): after HG-DAgger in the simulator, the robot that plays the real one "
+                        "(ArmPickLift-RealStandIn-v0): the drop, HG-DAgger in a randomised simulator, HG-DAgger on "
+                        "it with the simulated human behind the deployment gate, the final success there; "
+                        "nominal: the simulator only, with reinforcement learning after HG-DAgger (--rl-seconds)")
     parser.add_argument("--randomized-episodes", type=int, default=300,
-                        help="--real: episodes of HG-DAgger in the randomised simulator")
-    parser.add_argument("--real-episodes", type=int, default=150, help="--real: episodes on the stand-in")
-    parser.add_argument("--skip-to", choices=[name for name, _ in STAGES + REAL_STAGES], default=None,
+                        help="story real: episodes of HG-DAgger in the randomised simulator")
+    parser.add_argument("--real-episodes", type=int, default=150, help="story real: episodes on the stand-in")
+    names = sorted({name for stages in STORIES.values() for name, _ in stages})
+    parser.add_argument("--skip-to", choices=names, default=None,
                         help="reuse the outputs of the earlier stages in --out and start here")
+    parser.add_argument("--stop-after", choices=names, default=None, help="stop after this stage")
 
 
 ENV_ID = "robot_rl/ArmPickLift-v0"
@@ -107,7 +114,7 @@ class DemoSettings:
     rl_method: str = "dsrl"
     overrides: list[str] = field(default_factory=list)
     pixels: bool = False
-    real: bool = False
+    story: str = "real"
     randomized_episodes: int = 300
     real_episodes: int = 150
 
@@ -128,6 +135,8 @@ class DemoResults:
     after: EvalReport | None = None
     rl: OnlineResult | None = None
     final: EvalReport | None = None
+    real_runs: dict[str, OnlineResult] = field(default_factory=dict)
+    """Online runs of the real story by folder (``randomized``, ``real``)."""
 
 
 class Demo:
@@ -393,7 +402,11 @@ class Demo:
             if final is not None:
                 line += f" -> {final.success_rate:.0%} + {self.settings.rl_method}"
             print(line)
-        real = demo_real.summary_line(self.out) if self.settings.real else None
+        for folder, result in self.results.real_runs.items():
+            png = plot_learning_curve(result, self.out / f"learning_curve_{folder}.png",
+                                      title=f"HG-DAgger, {demo_real.RUN_TITLES[folder]}")
+            print(f"  learning curve, {demo_real.RUN_TITLES[folder]}: {png}")
+        real = demo_real.summary_line(self.out) if self.settings.story == "real" else None
         if real is not None:
             print(real)
 
@@ -430,23 +443,34 @@ REAL_STAGES: list[tuple[str, Callable[[Demo], str]]] = [
     ("real fine-tuning", demo_real.real_online),
     ("real robot 3", demo_real.eval_real_final),
 ]
-"""``--real``: the stand-in plays the real robot (robot_rl.cli.demo_real)."""
+"""The stand-in plays the real robot (robot_rl.cli.demo_real)."""
+
+STORIES: dict[str, list[tuple[str, Callable[[Demo], str]]]] = {
+    "real": STAGES[: [name for name, _ in STAGES].index("evaluation 2") + 1] + REAL_STAGES,
+    "nominal": STAGES,
+}
+"""``--story``: the stages each runs, in order."""
 
 
-def run_demo(settings: DemoSettings, skip_to: str | None = None) -> DemoResults:
-    """Run the stages in order (from ``skip_to``), print the table; stop at the first failure."""
+def run_demo(settings: DemoSettings, skip_to: str | None = None, stop_after: str | None = None) -> DemoResults:
+    """Run the story's stages in order (from ``skip_to`` to ``stop_after``), print the table; stop at the first
+    failure."""
     if settings.pixels:
         import os
 
         os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; read when mujoco is first imported
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
     demo = Demo(settings)
-    stages = STAGES + (REAL_STAGES if settings.real else [])
+    stages = STORIES[settings.story]
     names = [name for name, _ in stages]
+    for given in (skip_to, stop_after):
+        if given is not None and given not in names:
+            raise SystemExit(f"robot-rl demo: the {settings.story} story has no stage {given!r} (its stages: {names})")
     first = names.index(skip_to) if skip_to else 0
+    last = names.index(stop_after) if stop_after else len(names) - 1
     demo.load_skipped(names[:first])
     rows = []
-    for name, stage in stages[first:]:
+    for name, stage in stages[first:last + 1]:
         t0 = time.perf_counter()
         print(f"== {name}", flush=True)
         result = stage(demo)
@@ -458,5 +482,5 @@ def run_demo(settings: DemoSettings, skip_to: str | None = None) -> DemoResults:
 
 def run(args: argparse.Namespace) -> int:
     """``robot-rl demo``."""
-    run_demo(DemoSettings.from_args(args), args.skip_to)
+    run_demo(DemoSettings.from_args(args), args.skip_to, args.stop_after)
     return 0

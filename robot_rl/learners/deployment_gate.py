@@ -1,4 +1,4 @@
-"""Deployment gate: a new version goes out on trial and stays only if it does not do worse than the deployed one.
+"""Deployment gate: new versions go out on trial, and what is deployed is never worse than the best one so far.
 
 Online fine-tuning changes the policy that acts on the robot while it learns, and a learner's newest weights
 are not always its best: on ``ArmPickLift`` DSRL took a 100 % policy to 93 %, its own success swinging
@@ -7,21 +7,23 @@ the simulator stage had gained. The gate keeps the *deployed* version apart from
 conservative policy iteration (Kakade & Langford, 2002) and the best-checkpoint selection of real-robot
 fine-tuning (PA-RL, arXiv:2412.06685; EXPO, arXiv:2507.07986) do, judged by the robot's own episodes:
 
-* the deployed version (the incumbent) acts until it has ``trial_episodes`` clean episodes (every step of an
-  episode acted by one version; a mixed one counts for nobody);
-* then the learner publishes its newest weights as a candidate and publishes nothing else until the gate
-  decides; the candidate acts for up to ``trial_episodes`` clean episodes;
-* it is kept when the upper end of the Wilson interval of its own success (``confidence``) reaches the
-  incumbent's success rate, i.e. when it is not worse than the deployed version by more than the noise of
-  its own online estimate; it is refused as soon as no remaining outcome could make it so;
-* a refused candidate is replaced by a copy of the incumbent's weights published as the next version
-  (actors swap it in between chunks, as any version), and the learner goes on training.
+* every version has an online estimate: its own success over its *clean* episodes (every step acted by that
+  version; a mixed one counts for nobody); the *best* version is the deployed-at-some-time one with the
+  highest lower Wilson bound (so a lucky short run does not win), and the *bar* is its success rate;
+* the deployed version acts until it has ``trial_episodes`` clean episodes; then the learner publishes its
+  newest weights as a *candidate* and nothing else until the verdict;
+* the candidate is kept (deployed) when, after ``trial_episodes`` clean episodes, the upper end of the
+  Wilson interval of its success (``confidence``) reaches the bar: it is not worse than the best version by
+  more than the noise of its own estimate; it is refused as soon as no remaining outcome could get it there,
+  and the deployed weights are published again as the next version (actors swap them in between chunks);
+* the deployed version stays under watch: once the upper end of its own interval falls below the bar (more
+  episodes sharpen it), it is withdrawn and the best version's weights are published again.
 
 An episode counts as a success of the policy only when the task succeeded *without* a human step: a
-takeover is the human's judgement that the policy was failing (RLIF, arXiv:2311.12996). The incumbent's
-rate pools every clean episode of its weights, its republished copies included, so it sharpens while it
-acts. Success comes from the task's observed success rule (robot_rl.learners.task_success), the same one
-the learner's credit uses.
+takeover is the human's judgement that the policy was failing (RLIF, arXiv:2311.12996). A version's rate
+pools every clean episode of its weights, republished copies included. Success comes from the task's
+observed success rule (robot_rl.learners.task_success), the one the learner's credit uses. The learner goes
+on training throughout: only what is deployed is gated.
 """
 
 from __future__ import annotations
@@ -74,28 +76,33 @@ class GateConfig:
 
 @dataclass
 class Decision:
-    """One verdict on a candidate."""
+    """One verdict: on a candidate at the end of its trial, or on the deployed version while it acts."""
 
     kept: bool
-    """The candidate became the deployed version."""
+    """The version judged is (still) deployed."""
     candidate: int
-    """Its version."""
+    """The version judged (for a withdrawal: the identity of the deployed weights)."""
     successes: int
     """Its clean episodes that succeeded without a human step."""
     episodes: int
     """Its clean episodes."""
     incumbent: int
-    """The deployed version it was judged against (its first publication; 0: the run's start, unpublished)."""
+    """The best version it was judged against (its first publication; 0: the run's start, unpublished)."""
     incumbent_rate: float
-    """The deployed version's success rate over its clean episodes then."""
+    """The bar: that version's success rate over its clean episodes then."""
     upper: float
-    """The upper end of the candidate's interval (at the end of the trial, if it ran to the end)."""
+    """The upper end of the judged version's interval (a candidate's best case while its trial runs)."""
     reason: str
     """Why, in words."""
+    back_to: int = -1
+    """Identity whose weights are published again (-1: none, the candidate was kept)."""
+    kind: str = "trial"
+    """``trial`` (a candidate's verdict) or ``watch`` (the deployed version withdrawn)."""
 
     def line(self) -> dict[str, Any]:
         """A learner-log line."""
-        return {"gate": "kept" if self.kept else "refused", **asdict(self)}
+        verdict = "kept" if self.kept else ("withdrawn" if self.kind == "watch" else "refused")
+        return {"gate": verdict, **asdict(self)}
 
 
 @dataclass
@@ -116,6 +123,8 @@ class DeploymentGate:
     """Version -> identity of its weights."""
     outcomes: dict[int, list[int]] = field(default_factory=dict)
     """Identity -> [successes, clean episodes]."""
+    deployed: list[int] = field(default_factory=lambda: [0])
+    """Identities that were deployed (the candidates for best)."""
     decisions: list[Decision] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------------------ events
@@ -123,9 +132,10 @@ class DeploymentGate:
         """``version`` is the run's starting weights (published before any candidate): deployed as it is."""
         self.identity[version] = version
         self.incumbent = version
+        self.deployed = [version]
 
     def republished(self, version: int, identity: int) -> None:
-        """``version`` carries the weights of ``identity`` (a refused candidate's replacement)."""
+        """``version`` carries the weights of ``identity`` (a refused or withdrawn version's replacement)."""
         self.identity[version] = identity
 
     def published(self, version: int) -> None:
@@ -159,50 +169,77 @@ class DeploymentGate:
         k, n = self.counts(identity)
         return k / n if n else math.nan
 
+    def best(self) -> int:
+        """The deployed-at-some-time identity with the highest lower Wilson bound (measured ones only; else the
+        deployed one)."""
+        measured = [i for i in self.deployed if self.counts(i)[1] >= self.config.trial_episodes]
+        if not measured:
+            return self.incumbent
+        return max(measured, key=lambda i: (wilson_interval(*self.counts(i), self.config.z)[0], self.rate(i)))
+
     def may_publish(self) -> bool:
         """Whether a new candidate may go out now: none on trial and the deployed one measured."""
         return self.candidate is None and self.counts(self.incumbent)[1] >= self.config.trial_episodes
 
     def decide(self, finish: bool = False) -> Decision | None:
-        """The verdict on the candidate once its trial allows one (``finish``: the run ends, decide now).
+        """A verdict when one is due: on the candidate (``finish``: the run ends, decide now) or on the deployed one.
 
-        Kept: its Wilson upper bound reaches the incumbent's rate after ``trial_episodes`` clean episodes.
-        Refused: even successes in all its remaining trial episodes could not get it there, or the run ends
-        before its trial does.
+        Candidate kept: its Wilson upper bound reaches the best version's rate after ``trial_episodes`` clean
+        episodes. Refused: even successes in all its remaining trial episodes could not get it there, or the
+        run ends before its trial does. Deployed version withdrawn: its own upper bound fell below the bar.
         """
-        if self.candidate is None:
-            return None
         cfg, z = self.config, self.config.z
+        best = self.best()
+        bar = self.rate(best)
+        if self.candidate is None:
+            k, n = self.counts(self.incumbent)
+            if best == self.incumbent or n < cfg.trial_episodes or math.isnan(bar):
+                return None
+            upper = wilson_interval(k, n, z)[1]
+            if upper >= bar:
+                return None
+            reason = f"{k}/{n}: upper bound {upper:.2f} fell below v{best}'s rate {bar:.2f}"
+            decision = Decision(False, self.incumbent, k, n, best, bar, upper, reason, best, "watch")
+            self.incumbent = best
+            self.decisions.append(decision)
+            return decision
         candidate = self.identity[self.candidate]
         k, n = self.counts(candidate)
-        bar = self.rate(self.incumbent)
         best_case = wilson_interval(k + max(0, cfg.trial_episodes - n), max(n, cfg.trial_episodes), z)[1]
         if best_case < bar:
-            reason = f"{k}/{n}: its best case ({best_case:.2f}) is below the deployed rate {bar:.2f}"
-            return self._close(False, k, n, bar, best_case, reason)
+            reason = f"{k}/{n}: its best case ({best_case:.2f}) is below v{best}'s rate {bar:.2f}"
+            return self._close(False, k, n, best, bar, best_case, reason)
         if n >= cfg.trial_episodes:
             upper = wilson_interval(k, n, z)[1]
-            reason = f"{k}/{n}: upper bound {upper:.2f} reaches the deployed rate {bar:.2f}"
-            return self._close(True, k, n, bar, upper, reason)
+            reason = f"{k}/{n}: upper bound {upper:.2f} reaches v{best}'s rate {bar:.2f}"
+            return self._close(True, k, n, best, bar, upper, reason)
         if finish:
-            return self._close(False, k, n, bar, best_case, f"{k}/{n}: the run ended before its trial did")
+            return self._close(False, k, n, best, bar, best_case, f"{k}/{n}: the run ended before its trial did")
         return None
 
-    def _close(self, kept: bool, k: int, n: int, bar: float, upper: float, reason: str) -> Decision:
+    def _close(self, kept: bool, k: int, n: int, best: int, bar: float, upper: float, reason: str) -> Decision:
         assert self.candidate is not None
-        decision = Decision(kept, self.candidate, k, n, self.incumbent, bar, upper, reason)
+        identity = self.identity[self.candidate]
         if kept:
-            self.incumbent = self.identity[self.candidate]
+            self.incumbent = identity
+            self.deployed.append(identity)
+        decision = Decision(kept, self.candidate, k, n, best, bar, upper, reason, -1 if kept else self.incumbent)
         self.candidate = None
         self.decisions.append(decision)
         return decision
+
+    def keep_copies(self, most: int = 5) -> set[int]:
+        """The identities whose weights a run should keep: the deployed one and the ``most`` best measured."""
+        ranked = sorted(self.deployed, key=lambda i: wilson_interval(*self.counts(i), self.config.z)[0], reverse=True)
+        return {self.incumbent, self.best(), *ranked[:most]}
 
     # ------------------------------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """What a restarted learner needs (JSON)."""
         return {"incumbent": self.incumbent, "candidate": self.candidate,
                 "identity": {str(k): v for k, v in self.identity.items()},
-                "outcomes": {str(k): v for k, v in self.outcomes.items()}, "decisions": len(self.decisions)}
+                "outcomes": {str(k): v for k, v in self.outcomes.items()}, "deployed": self.deployed,
+                "decisions": len(self.decisions)}
 
     @classmethod
     def restore(cls, config: GateConfig, state: dict[str, Any]) -> DeploymentGate:
@@ -210,23 +247,24 @@ class DeploymentGate:
         return cls(config, int(state["incumbent"]),
                    None if state["candidate"] is None else int(state["candidate"]),
                    {int(k): int(v) for k, v in state["identity"].items()},
-                   {int(k): [int(v[0]), int(v[1])] for k, v in state["outcomes"].items()})
-
+                   {int(k): [int(v[0]), int(v[1])] for k, v in state["outcomes"].items()},
+                   [int(i) for i in state["deployed"]])
 
 
 class GatedPublisher:
-    """The learner's side of the gate: sees the episodes, holds new versions back, takes refused ones back.
+    """The learner's side of the gate: sees the episodes, holds new versions back, publishes kept weights again.
 
-    ``<run>/deployed/`` keeps a copy of the deployed weights (published versions are pruned); a refused
-    candidate is followed by that copy published as the next version (its marker file's ``version`` restamped),
-    or, while the run's unpublished start is deployed, by the algorithm's ``publish_start``. The gate's state
-    is saved in ``<run>/checkpoint/gate.json`` with every checkpoint.
+    ``<run>/deployed/v<N>/`` keeps a copy of each deployed version that may be needed again (published versions
+    are pruned); a refused candidate or a withdrawn version is followed by the chosen copy published as the
+    next version (its marker file's ``version`` restamped), or, for the run's unpublished start, by the
+    algorithm's ``publish_start``. The gate's state is saved in ``<run>/checkpoint/gate.json`` with every
+    checkpoint.
     """
 
     def __init__(self, config: GateConfig, run_dir: Path, publisher: WeightsPublisher, algorithm: Any,
                  episode_success: EpisodeSuccess) -> None:
         self.publisher, self.algorithm, self.success = publisher, algorithm, episode_success
-        self.deployed_dir = run_dir / "deployed"
+        self.copies = run_dir / "deployed"
         self.state_file = run_dir / "checkpoint" / "gate.json"
         state = json.loads(self.state_file.read_text(encoding="utf-8")) if self.state_file.is_file() else None
         self.gate = DeploymentGate(config) if state is None else DeploymentGate.restore(config, state)
@@ -243,12 +281,12 @@ class GatedPublisher:
         first = self.gate.incumbent == 0 and len(self.gate.identity) == 1
         if first and (self.gate.counts(0)[1] == 0 or not hasattr(self.algorithm, "publish_start")):
             self.gate.started(version)
-            self._keep(version)
+            self._copy(version)
         else:
             self.gate.published(version)
 
     def add(self, transitions: Sequence[Transition]) -> list[Decision]:
-        """Count the episodes ``transitions`` finish; the verdicts they bring (a refused one is taken back)."""
+        """Count the episodes ``transitions`` finish; the verdicts they bring (weights go back where one says so)."""
         decisions = []
         for episode in self.episodes.add(transitions):
             self.gate.observe(episode, self.success(episode))
@@ -275,33 +313,35 @@ class GatedPublisher:
 
     def _apply(self, decision: Decision) -> Decision:
         if decision.kept:
-            self._keep(decision.candidate)
+            self._copy(decision.candidate)
         else:
-            self._take_back()
+            self._publish_again(decision.back_to)
+        keep = self.gate.keep_copies()
+        for folder in self.copies.glob("v*"):
+            if folder.name[1:].isdigit() and int(folder.name[1:]) not in keep:
+                shutil.rmtree(folder, ignore_errors=True)
         return decision
 
-    def _keep(self, version: int) -> None:
-        """Copy ``weights/v<version>`` to ``deployed/`` (beside it, then swapped in)."""
-        source = self.publisher.folder / f"v{version}"
-        tmp, old = self.deployed_dir.with_name(".deployed.tmp"), self.deployed_dir.with_name(".deployed.old")
+    def _copy(self, version: int) -> None:
+        """Copy ``weights/v<version>`` to ``deployed/v<version>`` (beside it, then renamed into place)."""
+        target = self.copies / f"v{version}"
+        if target.exists():
+            return
+        tmp = self.copies / f".v{version}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(source, tmp)
-        if self.deployed_dir.exists():
-            os.replace(self.deployed_dir, old)
-        os.replace(tmp, self.deployed_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        shutil.copytree(self.publisher.folder / f"v{version}", tmp)
+        os.replace(tmp, target)
 
-    def _take_back(self) -> None:
-        """Publish the deployed weights again as the next version."""
-        marker = self.publisher.marker
+    def _publish_again(self, identity: int) -> None:
+        """Publish the weights of ``identity`` again as the next version."""
+        marker, source = self.publisher.marker, self.copies / f"v{identity}"
 
         def copy(folder: Path, version: int) -> None:
-            for item in self.deployed_dir.iterdir():
+            for item in source.iterdir():
                 if item.name != marker:
                     shutil.copy2(item, folder / item.name)
-            meta = json.loads((self.deployed_dir / marker).read_text(encoding="utf-8"))
+            meta = json.loads((source / marker).read_text(encoding="utf-8"))
             (folder / marker).write_text(json.dumps({**meta, "version": version}), encoding="utf-8")
 
-        identity = self.gate.incumbent
         version = self.publisher.publish(self.algorithm.publish_start if identity == 0 else copy)
         self.gate.republished(version, identity)
