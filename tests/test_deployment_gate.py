@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.torch import load_file
+from test_learner_dsrl_online import interleaved, toy_base
 
 from robot_rl.core.config import load_config
 from robot_rl.core.transition import SegmentSource, Transition
@@ -18,8 +19,7 @@ from robot_rl.learners.deployment_gate import DeploymentGate, GateConfig
 from robot_rl.learners.learner_process import OnlineLearner
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.runtime.weights import list_versions
-
-from test_learner_dsrl_online import interleaved, toy_base
+from robot_rl.training.evaluate import wilson_interval
 
 
 def episode(ep: int, version: int, success: bool, length: int = 6, human: bool = False,
@@ -54,7 +54,7 @@ def feed(gate: DeploymentGate, version: int, outcomes: list[bool], start: int = 
     return verdicts
 
 
-def test_a_candidate_as_good_as_the_deployed_one_is_kept_and_a_worse_one_refused_at_its_first_hopeless_episode() -> None:
+def test_a_candidate_as_good_as_the_best_is_kept_and_a_worse_one_refused_at_its_first_hopeless_episode() -> None:
     gate = DeploymentGate(GateConfig(enabled=True, trial_episodes=10))
     gate.started(1)
     assert not gate.may_publish()  # the deployed version is not measured yet
@@ -101,7 +101,6 @@ def test_a_deployed_version_that_turns_out_worse_than_the_best_is_withdrawn_for_
     # withdrawn once its own interval's upper end falls below v1's 0.9, not before, and v1 is deployed again
     assert w.kind == "watch" and not w.kept and w.back_to == 1 and gate.incumbent == 1
     k, n = 8, 10 + i + 1
-    from robot_rl.training.evaluate import wilson_interval
     assert wilson_interval(k, n)[1] < 0.9 <= wilson_interval(k, n - 1)[1]
     assert gate.decide() is None  # v1 is the best and deployed: nothing to withdraw
 

@@ -121,8 +121,8 @@ def test_a_stand_in_live_sim_is_the_stand_in_robot_heavier_and_answering_late() 
 
         fast, late = response(nominal), response(real)
         assert nominal.gripper == 0.0 and real.gripper == 0.0  # delivered within the 0.2 s
-        moved = [k for k, h in enumerate(fast) if h > 1e-3][0]
-        assert [k for k, h in enumerate(late) if h > 1e-3][0] >= moved + 2  # 30 ms = 3 ticks later, at least 2
+        moved = next(k for k, h in enumerate(fast) if h > 1e-3)
+        assert next(k for k, h in enumerate(late) if h > 1e-3) >= moved + 2  # 30 ms = 3 ticks later, at least 2
         real.reset()
         assert not real._in_flight
     finally:

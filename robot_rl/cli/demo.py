@@ -402,8 +402,8 @@ class Demo:
             if final is not None:
                 line += f" -> {final.success_rate:.0%} + {self.settings.rl_method}"
             print(line)
-        for folder, result in self.results.real_runs.items():
-            png = plot_learning_curve(result, self.out / f"learning_curve_{folder}.png",
+        for folder, stage_run in self.results.real_runs.items():
+            png = plot_learning_curve(stage_run, self.out / f"learning_curve_{folder}.png",
                                       title=f"HG-DAgger, {demo_real.RUN_TITLES[folder]}")
             print(f"  learning curve, {demo_real.RUN_TITLES[folder]}: {png}")
         real = demo_real.summary_line(self.out) if self.settings.story == "real" else None
@@ -453,8 +453,7 @@ STORIES: dict[str, list[tuple[str, Callable[[Demo], str]]]] = {
 
 
 def run_demo(settings: DemoSettings, skip_to: str | None = None, stop_after: str | None = None) -> DemoResults:
-    """Run the story's stages in order (from ``skip_to`` to ``stop_after``), print the table; stop at the first
-    failure."""
+    """Run the story's stages in order (from ``skip_to`` to ``stop_after``), print the table; stop at a failure."""
     if settings.pixels:
         import os
 

@@ -170,8 +170,7 @@ class DeploymentGate:
         return k / n if n else math.nan
 
     def best(self) -> int:
-        """The deployed-at-some-time identity with the highest lower Wilson bound (measured ones only; else the
-        deployed one)."""
+        """The deployed-at-some-time identity with the highest lower Wilson bound (measured ones; else the deployed)."""
         measured = [i for i in self.deployed if self.counts(i)[1] >= self.config.trial_episodes]
         if not measured:
             return self.incumbent
@@ -277,7 +276,7 @@ class GatedPublisher:
         return (start and self.publisher.version == 0) or self.gate.may_publish()
 
     def published(self, version: int) -> None:
-        """The learner published ``version``: the start (nothing deployed yet, or nothing to go back to) or a candidate."""
+        """The learner published ``version``: the start (nothing deployed, or nothing to go back to) or a candidate."""
         first = self.gate.incumbent == 0 and len(self.gate.identity) == 1
         if first and (self.gate.counts(0)[1] == 0 or not hasattr(self.algorithm, "publish_start")):
             self.gate.started(version)

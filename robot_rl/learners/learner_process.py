@@ -19,7 +19,7 @@ Run folder layout (everything a restart needs; nothing pickled)::
     <run>/checkpoint/sac/       residual / rlpd: actor, critics, optimisers, counters (atomic folder swap)
     <run>/checkpoint/steps/     every received transition (append-only safetensors chunks)
     <run>/checkpoint/interventions/  the human-controlled steps
-    <run>/deployed/             with ``learner.gate``: a copy of the deployed version (robot_rl.learners.deployment_gate)
+    <run>/deployed/v<N>/        with ``learner.gate``: copies of deployed versions (robot_rl.learners.deployment_gate)
     <run>/checkpoint/gate.json  with ``learner.gate``: which version is deployed, which is on trial, their outcomes
     <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time, the means of the
                                 algorithm's other metrics since the last publish (Q, temperature...), an

@@ -1,5 +1,8 @@
-"""Streamed steps put back together into episodes: the learner gets steps in batches, interleaved across actors,
-and what judges an episode (credit, the deployment gate) needs all of it once its last step arrives."""
+"""Streamed steps put back together into episodes.
+
+The learner gets steps in batches, interleaved across actors, and what judges an episode (credit, the
+deployment gate) needs all of it once its last step arrives.
+"""
 
 from __future__ import annotations
 

@@ -123,8 +123,9 @@ class SimNode(Node):
         self.create_timer(1.0 / cfg.tick_hz, self._tick)
         control = ("torque interface (effort_controller/commands; braked until commanded)" if hardware
                    else f"controller {type(self.sim.controller.inner).__name__}")
-        played = (f", playing the real robot: stand-in {cfg.stand_in!r} (commands {self.sim.command_delay * 1e3:.0f} ms late)"
-                  if cfg.stand_in else "")
+        delay_ms = self.sim.command_delay * 1e3
+        played = f", playing the real robot: stand-in {cfg.stand_in!r} (commands {delay_ms:.0f} ms late)" \
+            if cfg.stand_in else ""
         self.get_logger().info(f"{cfg.robot} at {cfg.physics_hz:g} Hz physics, {control}, cameras {list(cfg.cameras)}"
                                f"{played}")
 

@@ -175,8 +175,8 @@ class LiveSim:
         if self.pipeline is not None and self.perturbation is not None:
             p = self.perturbation
             mujoco.mj_forward(self.model, self.data)
-            self.pipeline.reset(self._raw_control(), float(np.mean(p.latency_s)), float(np.mean(p.motor_time_constant_s)),
-                                p.action_noise_std, self._pipeline_rng)
+            self.pipeline.reset(self._raw_control(), float(np.mean(p.latency_s)),
+                                float(np.mean(p.motor_time_constant_s)), p.action_noise_std, self._pipeline_rng)
 
     def submit(self, target: object, source: str = "policy") -> bool:
         """Hand a target to the safety layer; False (reason in :attr:`status`) when it is refused.
