@@ -173,7 +173,7 @@ def test_the_learner_holds_candidates_back_takes_refused_ones_back_and_keeps_the
     learner.train(2)
     assert learner.publish() == 1  # held back while v1 is on trial
     (line,) = play(learner, 1, [True, False], start=2000)
-    assert line["gate"] == "refused" and line["candidate"] == 1
+    assert line["gate"] == "refused" and line["candidate"] == 1 and line["published"] == 2 and line["back_to"] == 0
     # taken back: v2 is the run's start again, which the actors' agent runs as the base's own noise
     assert [v for v, _ in list_versions(weights, MARKER)] == [1, 2]
     back = NoiseActorWeights.load(weights / "v2")

@@ -111,7 +111,8 @@ def format_status(status: dict[str, Any], now: float | None = None) -> str:
     buffers = ", ".join(f"{k} {v}" for k, v in lr.get("buffers", {}).items())
     lines = [f"learner on {lr.get('host', '?')} (pid {lr.get('pid', '?')}), status written {_ago(status['time'], now)}",
              f"  {lr['updates']} updates ({lr['updates_per_s']:.1f}/s), {lr['steps']} steps received "
-             f"({lr['steps_per_s']:.0f}/s), {lr.get('human_steps', 0)} by humans; weights v{lr.get('version', 0)}",
+             f"({lr['steps_per_s']:.0f}/s), {lr.get('human_steps', 0)} by humans; weights v{lr.get('version', 0)}"
+             + (f" (deployed: the weights of v{lr['deployed']}, gated)" if lr.get("deployed") is not None else ""),
              f"  buffers: {buffers or '-'}; last checkpoint {_ago(lr.get('last_checkpoint'), now)}"
              + (f"; listening on {lr['listen']}" if lr.get("listen") else "")
              + (f"; FAILED: {lr['failure']}" if lr.get("failure") else "")]

@@ -98,6 +98,8 @@ class Decision:
     """Identity whose weights are published again (-1: none, the candidate was kept)."""
     kind: str = "trial"
     """``trial`` (a candidate's verdict) or ``watch`` (the deployed version withdrawn)."""
+    published: int = 0
+    """The version that carries ``back_to``'s weights again (0: none published)."""
 
     def line(self) -> dict[str, Any]:
         """A learner-log line."""
@@ -314,7 +316,7 @@ class GatedPublisher:
         if decision.kept:
             self._copy(decision.candidate)
         else:
-            self._publish_again(decision.back_to)
+            decision.published = self._publish_again(decision.back_to)
         keep = self.gate.keep_copies()
         for folder in self.copies.glob("v*"):
             if folder.name[1:].isdigit() and int(folder.name[1:]) not in keep:
@@ -331,8 +333,8 @@ class GatedPublisher:
         shutil.copytree(self.publisher.folder / f"v{version}", tmp)
         os.replace(tmp, target)
 
-    def _publish_again(self, identity: int) -> None:
-        """Publish the weights of ``identity`` again as the next version."""
+    def _publish_again(self, identity: int) -> int:
+        """Publish the weights of ``identity`` again as the next version; returns its number."""
         marker, source = self.publisher.marker, self.copies / f"v{identity}"
 
         def copy(folder: Path, version: int) -> None:
@@ -344,3 +346,4 @@ class GatedPublisher:
 
         version = self.publisher.publish(self.algorithm.publish_start if identity == 0 else copy)
         self.gate.republished(version, identity)
+        return version

@@ -54,7 +54,7 @@ from robot_rl.fleet.transport import SocketTransitionServer, announce, load_or_c
 from robot_rl.fleet.wire import CONFIG_FILE, pack_weights, parse_address, tls_server_context
 from robot_rl.learners.algorithms import registry
 from robot_rl.learners.buffers import ReplayBuffer, truncate_saved
-from robot_rl.learners.deployment_gate import GatedPublisher
+from robot_rl.learners.deployment_gate import Decision, GatedPublisher
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.task_success import observed_success
 from robot_rl.runtime.weights import WeightsPublisher
@@ -176,8 +176,7 @@ class OnlineLearner:
         self.algorithm.add(transitions)
         if self.gate is not None:
             for decision in self.gate.add(transitions):
-                self._log({"t": time.time(), "updates": self.updates, "version": self.publisher.version,
-                           **decision.line()})
+                self._gate_verdict(decision)
         if local:
             now = time.time()
             for t in transitions:
@@ -223,6 +222,12 @@ class OnlineLearner:
         self._losses, self._metrics = [], {}
         self._log(line)
         return version
+
+    def _gate_verdict(self, decision: Decision) -> None:
+        """Log a verdict of the gate; weights it published again go to the TCP actors too."""
+        if decision.published:
+            self._broadcast(decision.published)
+        self._log({"t": time.time(), "updates": self.updates, "version": self.publisher.version, **decision.line()})
 
     def _make_gate(self) -> GatedPublisher:
         """The deployment gate of this run; its tasks must have an observed success rule."""
@@ -336,8 +341,7 @@ class OnlineLearner:
             if self.gate is not None:  # no untried version goes out last; one on trial is taken back
                 decision = self.gate.finish()
                 if decision is not None:
-                    self._log({"t": time.time(), "updates": self.updates, "version": self.publisher.version,
-                               **decision.line()})
+                    self._gate_verdict(decision)
             elif self.updates != self._last_publish:
                 self.publish()
             self.checkpoint()  # acknowledged to the TCP actors still connected
@@ -383,7 +387,8 @@ class OnlineLearner:
                 "last_checkpoint": self.last_checkpoint, "commit": self.commits,
                 "listen": None if self.tcp is None else "{}:{}".format(*self.tcp.address),
                 "lost": dict(self.inbox.lost), "duplicates": self.inbox.duplicates,
-                "refused": [] if self.tcp is None else self.tcp.refused[-10:], "failure": self.algorithm.failure}
+                "refused": [] if self.tcp is None else self.tcp.refused[-10:], "failure": self.algorithm.failure,
+                "deployed": None if self.gate is None else self.gate.deployed}
 
     def actor_status(self) -> list[dict[str, Any]]:
         """Every actor the learner has heard from: TCP links (connected now) and this machine's socket actors."""
