@@ -3,8 +3,9 @@
 Each actor owns a simulator, a copy of the policy and a simulated human built on the scripted expert.
 Transitions stream to the learner every few steps during the episode; between action chunks the actor
 checks ``<run>/weights/`` for a newer version and stages it, so the policy improves mid-episode, not
-only at resets. If the learner goes away (killed, restarting), the actor keeps running: steps wait in a
-bounded queue and go out once it reconnects. One JSON line per episode goes to ``<run>/actor_<i>.jsonl``.
+only at resets. An episode that starts on a version the deployment gate has on trial runs hands-off (no
+simulated human: robot_rl.learners.deployment_gate). If the learner goes away (killed, restarting), the
+actor keeps running: steps wait in a bounded queue and go out once it reconnects. One JSON line per episode goes to ``<run>/actor_<i>.jsonl``.
 The actor runs the agent of the run's algorithm (its registry entry, see :func:`make_agent`), records the
 base's action with every step (residual) and stores the reward the algorithm's section names (sparse
 success by default).
@@ -29,6 +30,7 @@ import robot_rl.sim  # noqa: F401  (registers the robot_rl/ environments)
 from robot_rl.fleet.remote_run import RemoteRun
 from robot_rl.fleet.transport import BatchingSender, local_sender
 from robot_rl.learners.algorithms import registry
+from robot_rl.learners.deployment_gate import on_trial
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.reward_classifier import LearnedSuccess, RewardClassifier
 from robot_rl.learners.simulated_human import SimulatedHuman
@@ -106,6 +108,7 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     stream = BatchingSender(sender, ac.send_every)
     tagged = stream.add if task == 0 else (lambda t: stream.add(t.replace(task=task)))  # the learner balances tasks
     hooks = EpisodeHooks(on_transition=tagged, policy_version=lambda: agent.version)
+    marker, gated = published_marker(cfg), cfg.learner.gate.enabled
     log = run / f"actor_{index}.jsonl"
     records: list[dict[str, Any]] = []
     stop = stop or threading.Event()
@@ -117,12 +120,14 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
             seed = ac.seed + 100_000 * index + k
             t0 = time.perf_counter()
             start_version = agent.version
-            out = run_episode(env, agent, episode_id=1_000_000 * index + k, seed=seed, human=human,
-                              base_agent=base_agent, hooks=hooks)
+            hands_off = on_trial(run / "weights", marker, start_version, gated)  # a version on trial: no human
+            out = run_episode(env, agent, episode_id=1_000_000 * index + k, seed=seed,
+                              human=None if hands_off else human, base_agent=base_agent, hooks=hooks)
             stream.flush()
             record = {"actor": index, "task": env_id, "episode": k, "seed": seed, "success": bool(out.success),
                       "steps": out.length, "intervention_steps": out.intervention_steps,
                       "takeovers": out.takeovers, "version_start": start_version, "version_end": agent.version,
+                      "hands_off": hands_off,
                       "seconds": time.perf_counter() - t0, "t": time.time(), "queued": sender.queued}
             records.append(record)
             with log.open("a", encoding="utf-8") as f:

@@ -1,35 +1,33 @@
-"""Deployment gate: new versions go out on trial, and what is deployed is never worse than the best one so far.
+"""Deployment gate: a new version acts on the robot only after a hands-off trial as good as the best one so far.
 
 Online fine-tuning changes the policy that acts on the robot while it learns, and a learner's newest weights
-are not always its best: on ``ArmPickLift`` DSRL took a 100 % policy to 93 %, its own success swinging
-between 20 % and 90 % (benchmarks/README.md), and HG-DAgger on a robot outside its randomised band lost what
-the simulator stage had gained. The gate keeps the *deployed* version apart from the *newest*, as
-conservative policy iteration (Kakade & Langford, 2002) and the best-checkpoint selection of real-robot
-fine-tuning (PA-RL, arXiv:2412.06685; EXPO, arXiv:2507.07986) do, judged by the robot's own episodes:
+are not always its best: on ``ArmPickLift`` DSRL took a 100 % policy to 93 %, and HG-DAgger on a robot
+outside its randomised band took 80 % to 52 % (benchmarks/README.md). The gate keeps the *deployed* version
+apart from the *newest*, as conservative policy iteration (Kakade & Langford, 2002) and the checkpoint
+selection of real-robot fine-tuning (PA-RL, arXiv:2412.06685; EXPO, arXiv:2507.07986) do, judged by the
+robot's own episodes:
 
-* every version has an online estimate: its own success over its *clean* episodes (every step acted by that
-  version; a mixed one counts for nobody); the *best* version is the deployed-at-some-time one with the
-  highest lower Wilson bound (so a lucky short run does not win), and the *bar* is its success rate;
-* the deployed version acts until it has ``trial_episodes`` clean episodes; then the learner publishes its
-  newest weights as a *candidate* and nothing else until the verdict;
-* the candidate is kept (deployed) when, after ``trial_episodes`` clean episodes, the upper end of the
-  Wilson interval of its success (``confidence``) reaches the bar: it is not worse than the best version by
-  more than the noise of its own estimate; it is refused as soon as no remaining outcome could get it there,
-  and the deployed weights are published again as the next version (actors swap them in between chunks);
-* the deployed version stays under watch: once the upper end of its own interval falls below the bar (more
-  episodes sharpen it), it is withdrawn and the best version's weights are published again.
+* a version on *trial* is published with ``"gate": "trial"`` in its marker file; actors run its episodes
+  *hands-off* (the simulated human stands by; on a real robot a person's takeover is still possible and
+  counts as a failure), so its success is the policy's own, not the human's. Episodes with a human on a
+  shared judgement would not do: a cautious human takes over in a third of the episodes of a 100 % policy;
+* the run's starting weights go first: ``trial_episodes`` clean episodes (every step acted by that
+  version; a mixed one counts for nobody) measure them;
+* after each verdict the deployed weights are published again without the mark (the human helps again)
+  and act for ``gap_episodes`` episodes; then the learner publishes its newest weights as the next trial;
+* a candidate is kept when, after ``trial_episodes`` clean episodes, the upper end of the Wilson interval of
+  its success (``confidence``) reaches the *bar*: the success rate of the best version so far (among those
+  deployed, the one with the highest lower Wilson bound, so a lucky short trial does not win); it is not
+  worse than the best by more than the noise of its own estimate. It is refused as soon as no remaining
+  outcome could get it there.
 
-An episode counts as a success of the policy only when the task succeeded *without* a human step: a
-takeover is the human's judgement that the policy was failing (RLIF, arXiv:2311.12996). A version's rate
-pools every clean episode of its weights, republished copies included. Success comes from the task's
-observed success rule (robot_rl.learners.task_success), the one the learner's credit uses. The learner goes
-on training throughout: only what is deployed is gated.
+The learner goes on training throughout: only what is deployed is gated. Success comes from the task's
+observed success rule (robot_rl.learners.task_success), the one the learner's credit uses.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -44,6 +42,8 @@ from robot_rl.training.evaluate import wilson_interval
 
 EpisodeSuccess = Callable[[Sequence[Transition]], bool]
 """A finished episode -> whether its task succeeded (at any step)."""
+GATE_KEY = "gate"
+"""Key of a published marker file: ``trial`` (actors run hands-off) or ``deployed``."""
 
 
 @dataclass
@@ -53,16 +53,17 @@ class GateConfig:
     enabled: bool = False
     """Gate deployment (see robot_rl.learners.deployment_gate)."""
     trial_episodes: int = 10
-    """Clean episodes a candidate runs before it is kept (fewer when it is refused early); also the clean
-    episodes the deployed version needs before the next candidate goes out."""
+    """Hands-off clean episodes of a trial (a candidate is refused earlier once it cannot pass)."""
+    gap_episodes: int = 10
+    """Episodes of the deployed version, with the human, between the end of a trial and the next one."""
     confidence: float = 0.95
     """Two-sided level of the Wilson interval on a candidate's success: it is kept when the interval's upper
-    end reaches the deployed version's success rate. Higher: fewer good candidates refused, more bad ones
-    kept for a while."""
+    end reaches the best version's success rate. Higher: fewer good candidates refused, more bad ones kept."""
 
     def __post_init__(self) -> None:
-        if self.trial_episodes < 1:
-            raise ValueError(f"gate.trial_episodes must be >= 1, got {self.trial_episodes}")
+        if self.trial_episodes < 1 or self.gap_episodes < 0:
+            raise ValueError(f"gate.trial_episodes must be >= 1 and gate.gap_episodes >= 0, got "
+                             f"{self.trial_episodes} and {self.gap_episodes}")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError(f"gate.confidence must be in (0, 1), got {self.confidence}")
 
@@ -74,146 +75,150 @@ class GateConfig:
         return float(norm.ppf(0.5 + self.confidence / 2.0))
 
 
+def on_trial(weights: Path, marker: str, version: int, gated: bool) -> bool:
+    """Whether version ``version`` of ``weights`` acts hands-off (an actor asks at each episode's start).
+
+    Version 0 (nothing published yet: an algorithm whose start is its frozen base) is the start's trial.
+    """
+    if not gated:
+        return False
+    if version == 0:
+        return True
+    try:
+        meta = json.loads((weights / f"v{version}" / marker).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # pruned or being replaced: act as usual
+        return False
+    return isinstance(meta, dict) and meta.get(GATE_KEY) == "trial"
+
+
 @dataclass
 class Decision:
-    """One verdict: on a candidate at the end of its trial, or on the deployed version while it acts."""
+    """One verdict at the end of a trial."""
 
     kept: bool
-    """The version judged is (still) deployed."""
+    """The version on trial is now deployed."""
     candidate: int
-    """The version judged (for a withdrawal: the identity of the deployed weights)."""
+    """The version on trial."""
     successes: int
-    """Its clean episodes that succeeded without a human step."""
+    """Its hands-off clean episodes that succeeded without a human step."""
     episodes: int
-    """Its clean episodes."""
+    """Its hands-off clean episodes."""
     incumbent: int
-    """The best version it was judged against (its first publication; 0: the run's start, unpublished)."""
+    """The best version it was judged against (-1: none, the run's start)."""
     incumbent_rate: float
-    """The bar: that version's success rate over its clean episodes then."""
+    """The bar: that version's success rate then."""
     upper: float
-    """The upper end of the judged version's interval (a candidate's best case while its trial runs)."""
+    """The upper end of the candidate's interval (its best case when refused early)."""
     reason: str
     """Why, in words."""
-    back_to: int = -1
-    """Identity whose weights are published again (-1: none, the candidate was kept)."""
-    kind: str = "trial"
-    """``trial`` (a candidate's verdict) or ``watch`` (the deployed version withdrawn)."""
+    back_to: int = 0
+    """Identity whose weights are deployed now (published again without the trial mark)."""
     published: int = 0
-    """The version that carries ``back_to``'s weights again (0: none published)."""
+    """The version that carries them (0: none published yet)."""
 
     def line(self) -> dict[str, Any]:
         """A learner-log line."""
-        verdict = "kept" if self.kept else ("withdrawn" if self.kind == "watch" else "refused")
-        return {"gate": verdict, **asdict(self)}
+        return {GATE_KEY: "kept" if self.kept else "refused", **asdict(self)}
 
 
 @dataclass
 class DeploymentGate:
-    """The gate's state: which weights are deployed, which are on trial, and each one's clean outcomes.
+    """The gate's state: which weights are deployed, which are on trial, and each one's trial outcomes.
 
     Versions are the publisher's numbers; a version republished from another one's weights has that one's
     *identity* (its first version), and outcomes are pooled by identity. Identity 0 is the run's start when
-    the algorithm published nothing for it (e.g. DSRL's warm-up: the base samples its own noise).
+    the algorithm published nothing for it (e.g. DSRL: the base samples its own noise).
     """
 
     config: GateConfig
-    incumbent: int = 0
-    """Identity of the deployed weights."""
+    incumbent: int = -1
+    """Identity of the deployed weights (-1: none yet)."""
     candidate: int | None = None
     """Version on trial (None: none)."""
-    identity: dict[int, int] = field(default_factory=lambda: {0: 0})
+    identity: dict[int, int] = field(default_factory=dict)
     """Version -> identity of its weights."""
+    trials: list[int] = field(default_factory=list)
+    """Versions published on trial (their episodes run hands-off)."""
     outcomes: dict[int, list[int]] = field(default_factory=dict)
-    """Identity -> [successes, clean episodes]."""
-    deployed: list[int] = field(default_factory=lambda: [0])
+    """Identity -> [successes, hands-off clean episodes]."""
+    deployed: list[int] = field(default_factory=list)
     """Identities that were deployed (the candidates for best)."""
+    since: int = 0
+    """Finished episodes outside trials since the last verdict."""
     decisions: list[Decision] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------------------ events
-    def started(self, version: int) -> None:
-        """``version`` is the run's starting weights (published before any candidate): deployed as it is."""
-        self.identity[version] = version
-        self.incumbent = version
-        self.deployed = [version]
-
-    def republished(self, version: int, identity: int) -> None:
-        """``version`` carries the weights of ``identity`` (a refused or withdrawn version's replacement)."""
-        self.identity[version] = identity
-
     def published(self, version: int) -> None:
-        """``version`` went out as a candidate."""
+        """``version`` went out on trial (the first one: the run's start)."""
         if self.candidate is not None:
             raise RuntimeError(f"gate: v{version} published while v{self.candidate} is still on trial")
         self.identity[version] = version
+        self.trials.append(version)
         self.candidate = version
 
+    def republished(self, version: int, identity: int) -> None:
+        """``version`` carries the weights of ``identity``, deployed (not on trial)."""
+        self.identity[version] = identity
+
     def observe(self, episode: Sequence[Transition], success: bool) -> None:
-        """One finished episode and whether the task succeeded; counted when one known version acted it all."""
+        """One finished episode and whether the task succeeded; a trial's clean episodes are its outcomes."""
         versions = {t.policy_version for t in episode}
-        if len(versions) != 1:
-            return
-        identity = self.identity.get(versions.pop())
-        if identity is None:  # a version from before a restart, or one the gate never saw
+        version = versions.pop() if len(versions) == 1 else None
+        if version is None or version not in self.trials:
+            self.since += 1
             return
         own = success and not any(t.is_intervention for t in episode)
-        counts = self.outcomes.setdefault(identity, [0, 0])
+        counts = self.outcomes.setdefault(self.identity[version], [0, 0])
         counts[0] += int(own)
         counts[1] += 1
 
     # ------------------------------------------------------------------------------------------ questions
     def counts(self, identity: int) -> tuple[int, int]:
-        """(successes, clean episodes) of ``identity``."""
+        """(successes, hands-off clean episodes) of ``identity``."""
         k, n = self.outcomes.get(identity, (0, 0))
         return int(k), int(n)
 
     def rate(self, identity: int) -> float:
-        """Success rate of ``identity`` over its clean episodes (NaN before the first)."""
+        """Success rate of ``identity`` over its trial episodes (0 before the first)."""
         k, n = self.counts(identity)
-        return k / n if n else math.nan
+        return k / n if n else 0.0
 
     def best(self) -> int:
-        """The deployed-at-some-time identity with the highest lower Wilson bound (measured ones; else the deployed)."""
-        measured = [i for i in self.deployed if self.counts(i)[1] >= self.config.trial_episodes]
-        if not measured:
-            return self.incumbent
-        return max(measured, key=lambda i: (wilson_interval(*self.counts(i), self.config.z)[0], self.rate(i)))
+        """Among the deployed identities, the one with the highest lower Wilson bound (-1: none yet)."""
+        if not self.deployed:
+            return -1
+        return max(self.deployed, key=lambda i: (wilson_interval(*self.counts(i), self.config.z)[0], self.rate(i)))
 
     def may_publish(self) -> bool:
-        """Whether a new candidate may go out now: none on trial and the deployed one measured."""
-        return self.candidate is None and self.counts(self.incumbent)[1] >= self.config.trial_episodes
+        """Whether the next trial may start: none running, and the deployed version acted ``gap_episodes``."""
+        return self.candidate is None and bool(self.deployed) and self.since >= self.config.gap_episodes
 
     def decide(self, finish: bool = False) -> Decision | None:
-        """A verdict when one is due: on the candidate (``finish``: the run ends, decide now) or on the deployed one.
+        """The verdict on the version on trial when one is due (``finish``: the run ends, decide now).
 
-        Candidate kept: its Wilson upper bound reaches the best version's rate after ``trial_episodes`` clean
-        episodes. Refused: even successes in all its remaining trial episodes could not get it there, or the
-        run ends before its trial does. Deployed version withdrawn: its own upper bound fell below the bar.
+        The run's start is always kept (there is nothing to go back to). A candidate is kept when its Wilson
+        upper bound reaches the best version's rate after ``trial_episodes`` clean episodes, refused once even
+        successes in all its remaining trial episodes could not get it there, or when the run ends first.
         """
+        if self.candidate is None:
+            return None
         cfg, z = self.config, self.config.z
+        identity = self.identity[self.candidate]
+        k, n = self.counts(identity)
+        if not self.deployed:
+            if n >= cfg.trial_episodes or finish:
+                return self._close(True, k, n, -1, 0.0, 1.0, f"{k}/{n}: the run's start")
+            return None
         best = self.best()
         bar = self.rate(best)
-        if self.candidate is None:
-            k, n = self.counts(self.incumbent)
-            if best == self.incumbent or n < cfg.trial_episodes or math.isnan(bar):
-                return None
-            upper = wilson_interval(k, n, z)[1]
-            if upper >= bar:
-                return None
-            reason = f"{k}/{n}: upper bound {upper:.2f} fell below v{best}'s rate {bar:.2f}"
-            decision = Decision(False, self.incumbent, k, n, best, bar, upper, reason, best, "watch")
-            self.incumbent = best
-            self.decisions.append(decision)
-            return decision
-        candidate = self.identity[self.candidate]
-        k, n = self.counts(candidate)
         best_case = wilson_interval(k + max(0, cfg.trial_episodes - n), max(n, cfg.trial_episodes), z)[1]
         if best_case < bar:
             reason = f"{k}/{n}: its best case ({best_case:.2f}) is below v{best}'s rate {bar:.2f}"
             return self._close(False, k, n, best, bar, best_case, reason)
         if n >= cfg.trial_episodes:
             upper = wilson_interval(k, n, z)[1]
-            reason = f"{k}/{n}: upper bound {upper:.2f} reaches v{best}'s rate {bar:.2f}"
-            return self._close(True, k, n, best, bar, upper, reason)
+            return self._close(True, k, n, best, bar, upper, f"{k}/{n}: upper bound {upper:.2f} reaches v{best}'s "
+                                                             f"rate {bar:.2f}")
         if finish:
             return self._close(False, k, n, best, bar, best_case, f"{k}/{n}: the run ended before its trial did")
         return None
@@ -224,42 +229,40 @@ class DeploymentGate:
         if kept:
             self.incumbent = identity
             self.deployed.append(identity)
-        decision = Decision(kept, self.candidate, k, n, best, bar, upper, reason, -1 if kept else self.incumbent)
-        self.candidate = None
+        decision = Decision(kept, self.candidate, k, n, best, bar, upper, reason, self.incumbent)
+        self.candidate, self.since = None, 0
         self.decisions.append(decision)
         return decision
 
     def keep_copies(self, most: int = 5) -> set[int]:
-        """The identities whose weights a run should keep: the deployed one and the ``most`` best measured."""
+        """The identities whose weights a run should keep: the deployed one and the ``most`` best."""
         ranked = sorted(self.deployed, key=lambda i: wilson_interval(*self.counts(i), self.config.z)[0], reverse=True)
-        return {self.incumbent, self.best(), *ranked[:most]}
+        return {self.incumbent, *ranked[:most]}
 
     # ------------------------------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """What a restarted learner needs (JSON)."""
         return {"incumbent": self.incumbent, "candidate": self.candidate,
-                "identity": {str(k): v for k, v in self.identity.items()},
+                "identity": {str(k): v for k, v in self.identity.items()}, "trials": self.trials,
                 "outcomes": {str(k): v for k, v in self.outcomes.items()}, "deployed": self.deployed,
-                "decisions": len(self.decisions)}
+                "since": self.since}
 
     @classmethod
     def restore(cls, config: GateConfig, state: dict[str, Any]) -> DeploymentGate:
         """The gate of :meth:`state` (decisions before it are in the learner log, not kept here)."""
-        return cls(config, int(state["incumbent"]),
-                   None if state["candidate"] is None else int(state["candidate"]),
-                   {int(k): int(v) for k, v in state["identity"].items()},
+        return cls(config, int(state["incumbent"]), None if state["candidate"] is None else int(state["candidate"]),
+                   {int(k): int(v) for k, v in state["identity"].items()}, [int(v) for v in state["trials"]],
                    {int(k): [int(v[0]), int(v[1])] for k, v in state["outcomes"].items()},
-                   [int(i) for i in state["deployed"]])
+                   [int(i) for i in state["deployed"]], int(state["since"]))
 
 
 class GatedPublisher:
-    """The learner's side of the gate: sees the episodes, holds new versions back, publishes kept weights again.
+    """The learner's side of the gate: marks trials, sees the episodes, publishes the deployed weights again.
 
     ``<run>/deployed/v<N>/`` keeps a copy of each deployed version that may be needed again (published versions
-    are pruned); a refused candidate or a withdrawn version is followed by the chosen copy published as the
-    next version (its marker file's ``version`` restamped), or, for the run's unpublished start, by the
-    algorithm's ``publish_start``. The gate's state is saved in ``<run>/checkpoint/gate.json`` with every
-    checkpoint.
+    are pruned); after every verdict the deployed identity's copy is published as the next version (its marker
+    file's ``version`` restamped, ``"gate": "deployed"``), or, for an algorithm's unpublished start, its
+    ``publish_start``. The state is saved in ``<run>/checkpoint/gate.json`` with every checkpoint.
     """
 
     def __init__(self, config: GateConfig, run_dir: Path, publisher: WeightsPublisher, algorithm: Any,
@@ -269,25 +272,33 @@ class GatedPublisher:
         self.state_file = run_dir / "checkpoint" / "gate.json"
         state = json.loads(self.state_file.read_text(encoding="utf-8")) if self.state_file.is_file() else None
         self.gate = DeploymentGate(config) if state is None else DeploymentGate.restore(config, state)
+        if state is None and hasattr(algorithm, "publish_start"):  # its actors start on the base: version 0
+            self.gate.published(0)
+        elif state is None and not algorithm.can_publish():
+            raise ValueError(f"learner.gate: {type(algorithm).__name__} acts before its first version and cannot "
+                             "publish that start again; the gate works with hg_dagger and dsrl")
         self.episodes = OpenEpisodes()
 
     def may_publish(self, start: bool) -> bool:
-        """Whether the learner may publish its weights now (``start``: the run's starting weights)."""
-        if self.gate.incumbent == 0 and not hasattr(self.algorithm, "publish_start"):
-            return True  # nothing to go back to: the first version becomes the deployed one
-        return (start and self.publisher.version == 0) or self.gate.may_publish()
+        """Whether the learner may publish its weights now (``start``: its starting weights, before any)."""
+        if start and self.publisher.version == 0 and not self.gate.trials:
+            return True
+        return self.gate.may_publish()
+
+    def trial(self, write: Callable[[Path, int], Any]) -> Callable[[Path, int], None]:
+        """``write`` (an algorithm's publish), then the marker file stamped as a trial."""
+        def stamped(folder: Path, version: int) -> None:
+            write(folder, version)
+            self._stamp(folder, version, "trial")
+
+        return stamped
 
     def published(self, version: int) -> None:
-        """The learner published ``version``: the start (nothing deployed, or nothing to go back to) or a candidate."""
-        first = self.gate.incumbent == 0 and len(self.gate.identity) == 1
-        if first and (self.gate.counts(0)[1] == 0 or not hasattr(self.algorithm, "publish_start")):
-            self.gate.started(version)
-            self._copy(version)
-        else:
-            self.gate.published(version)
+        """The learner published ``version`` through :meth:`trial`."""
+        self.gate.published(version)
 
     def add(self, transitions: Sequence[Transition]) -> list[Decision]:
-        """Count the episodes ``transitions`` finish; the verdicts they bring (weights go back where one says so)."""
+        """Count the episodes ``transitions`` finish; the verdicts they bring (the deployed weights go out again)."""
         decisions = []
         for episode in self.episodes.add(transitions):
             self.gate.observe(episode, self.success(episode))
@@ -297,7 +308,7 @@ class GatedPublisher:
         return decisions
 
     def finish(self) -> Decision | None:
-        """The run ends: a candidate still on trial is refused (the newest version is then the deployed one)."""
+        """The run ends: a trial still running is decided now (the newest version is then the deployed one)."""
         decision = self.gate.decide(finish=True)
         return None if decision is None else self._apply(decision)
 
@@ -309,14 +320,13 @@ class GatedPublisher:
 
     @property
     def deployed(self) -> int:
-        """The version whose weights are deployed (its first publication; 0: the run's unpublished start)."""
+        """The version whose weights are deployed (its first publication; 0: an unpublished start; -1: none)."""
         return self.gate.incumbent
 
     def _apply(self, decision: Decision) -> Decision:
-        if decision.kept:
+        if decision.kept and decision.candidate > 0:
             self._copy(decision.candidate)
-        else:
-            decision.published = self._publish_again(decision.back_to)
+        decision.published = self._publish_again(decision.back_to)
         keep = self.gate.keep_copies()
         for folder in self.copies.glob("v*"):
             if folder.name[1:].isdigit() and int(folder.name[1:]) not in keep:
@@ -334,16 +344,25 @@ class GatedPublisher:
         os.replace(tmp, target)
 
     def _publish_again(self, identity: int) -> int:
-        """Publish the weights of ``identity`` again as the next version; returns its number."""
-        marker, source = self.publisher.marker, self.copies / f"v{identity}"
+        """Publish the weights of ``identity`` again as the next version, deployed; returns its number."""
+        source = self.copies / f"v{identity}"
 
         def copy(folder: Path, version: int) -> None:
-            for item in source.iterdir():
-                if item.name != marker:
-                    shutil.copy2(item, folder / item.name)
-            meta = json.loads((source / marker).read_text(encoding="utf-8"))
-            (folder / marker).write_text(json.dumps({**meta, "version": version}), encoding="utf-8")
+            if identity == 0:
+                self.algorithm.publish_start(folder, version)
+            else:
+                for item in source.iterdir():
+                    if item.name != self.publisher.marker:
+                        shutil.copy2(item, folder / item.name)
+                shutil.copy2(source / self.publisher.marker, folder / self.publisher.marker)
+            self._stamp(folder, version, "deployed")
 
-        version = self.publisher.publish(self.algorithm.publish_start if identity == 0 else copy)
+        version = self.publisher.publish(copy)
         self.gate.republished(version, identity)
         return version
+
+    def _stamp(self, folder: Path, version: int, state: str) -> None:
+        """Set ``version`` and the gate state in the marker file of ``folder`` (not yet renamed into place)."""
+        path = folder / self.publisher.marker
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps({**meta, "version": version, GATE_KEY: state}), encoding="utf-8")

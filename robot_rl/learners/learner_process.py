@@ -203,14 +203,15 @@ class OnlineLearner:
         """Publish the current weights as the next version and log a line; returns the newest version.
 
         That is the last good one when the algorithm may not publish (during a warm-up, after a failure) or
-        the deployment gate holds new versions back (one on trial, the deployed one not measured yet).
+        the deployment gate holds new versions back (one on trial, or the deployed one's gap not over yet).
         ``start``: the run's first publication, its starting weights.
         """
         gated = self.gate is not None and not self.gate.may_publish(start)
         if gated or not self.algorithm.can_publish():
             self._last_publish = self.updates
             return self.publisher.version
-        version = self.publisher.publish(self.algorithm.publish)
+        write = self.algorithm.publish if self.gate is None else self.gate.trial(self.algorithm.publish)
+        version = self.publisher.publish(write)
         if self.gate is not None:
             self.gate.published(version)
         self._broadcast(version)
