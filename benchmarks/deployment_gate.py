@@ -8,7 +8,8 @@ done, no human step, the whole episode on that version) and, with the gate, its 
 
     python benchmarks/deployment_gate.py --policy runs/online/weights/v57 --demos runs/demo/demos.zarr
 
-Writes ``<out>/deployment_gate.json`` and a plot (online own success per block of episodes, both runs).
+Writes ``<out>/deployment_gate.json`` and a plot (online own success per block of episodes, both runs; with
+the gate its trials run hands-off, so its blocks mix hands-off and helped episodes).
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ def own_success(result: OnlineResult) -> list[bool]:
 
 
 def version_table(result: OnlineResult) -> list[dict[str, Any]]:
-    """Each version's clean episodes (one version throughout) and its own success with a 95% interval."""
+    """Each version's clean episodes (one version throughout; with the gate, its hands-off trial episodes) and
+    its own success with a 95% interval."""
     by: dict[int, list[bool]] = {}
+    gated = any(e.get("hands_off") for e in result.episodes)
     for e, ok in zip(result.episodes, own_success(result)):
-        if e["version_start"] == e["version_end"]:
+        if e["version_start"] == e["version_end"] and (e.get("hands_off") or not gated):
             by.setdefault(int(e["version_start"]), []).append(ok)
     rows = []
     for v, oks in sorted(by.items()):

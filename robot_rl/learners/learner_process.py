@@ -228,7 +228,8 @@ class OnlineLearner:
         """Log a verdict of the gate; weights it published again go to the TCP actors too."""
         if decision.published:
             self._broadcast(decision.published)
-        self._log({"t": time.time(), "updates": self.updates, "version": self.publisher.version, **decision.line()})
+        self._log({"t": time.time(), "updates": self.updates, "version": self.publisher.version,
+                   "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps, **decision.line()})
 
     def _make_gate(self) -> GatedPublisher:
         """The deployment gate of this run; its tasks must have an observed success rule."""
