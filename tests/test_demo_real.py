@@ -57,3 +57,5 @@ def test_stop_after_ends_the_story_there(tmp_path: Path, capsys: pytest.CaptureF
     assert (tmp_path / "bc" / "policy").is_dir() and not (tmp_path / "eval_before").exists()
     with pytest.raises(SystemExit, match="no stage 'reinforcement'"):
         main(["demo", "--out", str(tmp_path), "--stop-after", "reinforcement"])
+    with pytest.raises(SystemExit, match="--story nominal"):
+        main(["demo", "--out", str(tmp_path), "--pixels"])

@@ -460,6 +460,9 @@ def run_demo(settings: DemoSettings, skip_to: str | None = None, stop_after: str
         os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; read when mujoco is first imported
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
     demo = Demo(settings)
+    if settings.pixels and settings.story == "real":
+        raise SystemExit("robot-rl demo: --pixels runs the simulator story only (add --story nominal); the real "
+                         "story's stages are set up for the state policy")
     stages = STORIES[settings.story]
     names = [name for name, _ in stages]
     for given in (skip_to, stop_after):
