@@ -6,9 +6,9 @@ checks ``<run>/weights/`` for a newer version and stages it, so the policy impro
 only at resets. An episode that starts on a version the deployment gate has on trial runs hands-off (no
 simulated human: robot_rl.learners.deployment_gate). If the learner goes away (killed, restarting), the
 actor keeps running: steps wait in a bounded queue and go out once it reconnects. One JSON line per
-episode goes to ``<run>/actor_<i>.jsonl``. The actor runs the agent of the run's algorithm (its registry entry, see :func:`make_agent`), records the
-base's action with every step (residual) and stores the reward the algorithm's section names (sparse
-success by default).
+episode goes to ``<run>/actor_<i>.jsonl``. The actor runs the agent of the run's algorithm (its registry
+entry, see :func:`make_agent`), records the base's action with every step (residual) and stores the
+reward the algorithm's section names (sparse success by default).
 SIGTERM (or SIGINT) ends the actor after the current episode: its steps are delivered, it exits cleanly.
 """
 
