@@ -145,7 +145,6 @@ class DeploymentGate:
     """Identities that were deployed (the candidates for best)."""
     since: int = 0
     """Finished episodes outside trials since the last verdict."""
-    decisions: list[Decision] = field(default_factory=list)
 
     # ------------------------------------------------------------------------------------------ events
     def published(self, version: int) -> None:
@@ -231,7 +230,6 @@ class DeploymentGate:
             self.deployed.append(identity)
         decision = Decision(kept, self.candidate, k, n, best, bar, upper, reason, self.incumbent)
         self.candidate, self.since = None, 0
-        self.decisions.append(decision)
         return decision
 
     def keep_copies(self, most: int = 5) -> set[int]:
@@ -249,7 +247,7 @@ class DeploymentGate:
 
     @classmethod
     def restore(cls, config: GateConfig, state: dict[str, Any]) -> DeploymentGate:
-        """The gate of :meth:`state` (decisions before it are in the learner log, not kept here)."""
+        """The gate of :meth:`state` (its verdicts are in the learner log, not here)."""
         return cls(config, int(state["incumbent"]), None if state["candidate"] is None else int(state["candidate"]),
                    {int(k): int(v) for k, v in state["identity"].items()}, [int(v) for v in state["trials"]],
                    {int(k): [int(v[0]), int(v[1])] for k, v in state["outcomes"].items()},
