@@ -11,15 +11,21 @@ robot's own episodes:
   *hands-off* (the simulated human stands by; on a real robot a person's takeover is still possible and
   counts as a failure), so its success is the policy's own, not the human's. Episodes with a human on a
   shared judgement would not do: a cautious human takes over in a third of the episodes of a 100 % policy;
-* the run's starting weights go first: ``trial_episodes`` clean episodes (every step acted by that
+* the run's starting weights go first: ``start_episodes`` clean episodes (every step acted by that
   version; a mixed one counts for nobody) measure them;
-* after each verdict the deployed weights are published again without the mark (the human helps again)
-  and act for ``gap_episodes`` episodes; then the learner publishes its newest weights as the next trial;
 * a candidate is kept when, after ``trial_episodes`` clean episodes, the upper end of the Wilson interval of
-  its success (``confidence``) reaches the *bar*: the success rate of the best version so far (among those
-  deployed, the one with the highest lower Wilson bound, so a lucky short trial does not win); it is not
+  its success (``confidence``) reaches the *bar*: the success rate of the best version so far; it is not
   worse than the best by more than the noise of its own estimate. It is refused as soon as no remaining
-  outcome could get it there.
+  outcome could get it there;
+* what is *deployed* is always the best kept version: the one with the highest lower Wilson bound over all
+  its hands-off episodes, not the last one kept. Ten lucky episodes cannot tell 80 % from 100 % (measured: a
+  chain of 10/10 candidates ended on a version that scored 80 % on 50 seeds), so every other trial slot
+  tries a kept version *again* (``retry_until``): the one with the fewest episodes among those whose
+  interval still reaches the best one's lower bound (the best itself included), so that the estimates that
+  decide what is deployed keep sharpening, as LUCB's best-arm identification does (Kalyanakrishnan et
+  al., 2012);
+* after each verdict the deployed weights are published again without the mark (the human helps again)
+  and act for ``gap_episodes`` episodes; then the next trial starts.
 
 The learner goes on training throughout: only what is deployed is gated. Success comes from the task's
 observed success rule (robot_rl.learners.task_success), the one the learner's credit uses.
@@ -54,6 +60,12 @@ class GateConfig:
     """Gate deployment (see robot_rl.learners.deployment_gate)."""
     trial_episodes: int = 10
     """Hands-off clean episodes of a trial (a candidate is refused earlier once it cannot pass)."""
+    start_episodes: int = 30
+    """Hands-off clean episodes of the run's start: its success is the first bar, so a lucky or unlucky short
+    trial of the start does not set it."""
+    retry_until: int = 50
+    """A kept version is tried again (every other trial, ``trial_episodes`` at a time) until it has this many
+    hands-off clean episodes or its interval falls below the best one's; 0: never tried again."""
     gap_episodes: int = 10
     """Episodes of the deployed version, with the human, between the end of a trial and the next one."""
     confidence: float = 0.95
@@ -61,9 +73,10 @@ class GateConfig:
     end reaches the best version's success rate. Higher: fewer good candidates refused, more bad ones kept."""
 
     def __post_init__(self) -> None:
-        if self.trial_episodes < 1 or self.gap_episodes < 0:
-            raise ValueError(f"gate.trial_episodes must be >= 1 and gate.gap_episodes >= 0, got "
-                             f"{self.trial_episodes} and {self.gap_episodes}")
+        if self.trial_episodes < 1 or self.start_episodes < 1 or self.gap_episodes < 0 or self.retry_until < 0:
+            raise ValueError(f"gate.trial_episodes and gate.start_episodes must be >= 1, gate.gap_episodes and "
+                             f"gate.retry_until >= 0, got {self.trial_episodes}, {self.start_episodes}, "
+                             f"{self.gap_episodes} and {self.retry_until}")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError(f"gate.confidence must be in (0, 1), got {self.confidence}")
 
@@ -96,7 +109,7 @@ class Decision:
     """One verdict at the end of a trial."""
 
     kept: bool
-    """The version on trial is now deployed."""
+    """The version on trial is kept: one of the versions the deployed one is chosen from (the best of them)."""
     candidate: int
     """The version on trial."""
     successes: int
@@ -115,10 +128,12 @@ class Decision:
     """Identity whose weights are deployed now (published again without the trial mark)."""
     published: int = 0
     """The version that carries them (0: none published yet)."""
+    retrial: bool = False
+    """The trial tried a kept version again (its episodes pooled with its earlier ones; nothing refused)."""
 
     def line(self) -> dict[str, Any]:
         """A learner-log line."""
-        return {GATE_KEY: "kept" if self.kept else "refused", **asdict(self)}
+        return {GATE_KEY: "retried" if self.retrial else "kept" if self.kept else "refused", **asdict(self)}
 
 
 @dataclass
@@ -132,7 +147,7 @@ class DeploymentGate:
 
     config: GateConfig
     incumbent: int = -1
-    """Identity of the deployed weights (-1: none yet)."""
+    """Identity of the deployed weights, the best kept one (-1: none yet)."""
     candidate: int | None = None
     """Version on trial (None: none)."""
     identity: dict[int, int] = field(default_factory=dict)
@@ -142,9 +157,13 @@ class DeploymentGate:
     outcomes: dict[int, list[int]] = field(default_factory=dict)
     """Identity -> [successes, hands-off clean episodes]."""
     deployed: list[int] = field(default_factory=list)
-    """Identities that were deployed (the candidates for best)."""
+    """Identities kept (the deployed one is the best of them)."""
     since: int = 0
     """Finished episodes outside trials since the last verdict."""
+    retrial: bool = False
+    """The trial running (or the last one) tried a kept version again."""
+    trial_from: int = 0
+    """Hands-off clean episodes the version on trial had when its trial began."""
 
     # ------------------------------------------------------------------------------------------ events
     def published(self, version: int) -> None:
@@ -153,7 +172,15 @@ class DeploymentGate:
             raise RuntimeError(f"gate: v{version} published while v{self.candidate} is still on trial")
         self.identity[version] = version
         self.trials.append(version)
-        self.candidate = version
+        self.candidate, self.retrial, self.trial_from = version, False, 0
+
+    def retried(self, version: int, identity: int) -> None:
+        """``version`` carries the weights of ``identity``, kept before, on trial again (see :meth:`to_retry`)."""
+        if self.candidate is not None:
+            raise RuntimeError(f"gate: v{version} published while v{self.candidate} is still on trial")
+        self.identity[version] = identity
+        self.trials.append(version)
+        self.candidate, self.retrial, self.trial_from = version, True, self.counts(identity)[1]
 
     def republished(self, version: int, identity: int) -> None:
         """``version`` carries the weights of ``identity``, deployed (not on trial)."""
@@ -182,11 +209,38 @@ class DeploymentGate:
         k, n = self.counts(identity)
         return k / n if n else 0.0
 
+    def interval(self, identity: int) -> tuple[float, float]:
+        """The Wilson interval of the success of ``identity`` at the gate's confidence."""
+        lo, hi = wilson_interval(*self.counts(identity), self.config.z)
+        return float(lo), float(hi)
+
     def best(self) -> int:
-        """Among the deployed identities, the one with the highest lower Wilson bound (-1: none yet)."""
+        """Among the kept identities, the one with the highest lower Wilson bound (-1: none yet)."""
         if not self.deployed:
             return -1
-        return max(self.deployed, key=lambda i: (wilson_interval(*self.counts(i), self.config.z)[0], self.rate(i)))
+        return max(self.deployed, key=lambda i: (self.interval(i)[0], self.rate(i)))
+
+    def to_retry(self) -> int | None:
+        """The kept identity the next trial tries again, or None (the learner's newest goes on trial).
+
+        Every other trial at most: among the kept identities with fewer than ``retry_until`` episodes whose
+        interval still reaches the best one's lower bound (the best itself included), the one with the fewest.
+        """
+        if self.retrial or len(self.trials) < 2:  # after a retrial or the start's trial: the newest goes first
+            return None
+        open_ = self.contending()
+        return min(open_, key=lambda i: (self.counts(i)[1], -self.interval(i)[1])) if open_ else None
+
+    def contending(self) -> list[int]:
+        """Kept identities still to be tried again.
+
+        Those with fewer than ``retry_until`` episodes and an interval that reaches the best one's lower bound.
+        """
+        if not self.deployed:
+            return []
+        floor = self.interval(self.best())[0]
+        return [i for i in self.deployed
+                if self.counts(i)[1] < self.config.retry_until and self.interval(i)[1] >= floor]
 
     def may_publish(self) -> bool:
         """Whether the next trial may start: none running, and the deployed version acted ``gap_episodes``."""
@@ -197,7 +251,8 @@ class DeploymentGate:
 
         The run's start is always kept (there is nothing to go back to). A candidate is kept when its Wilson
         upper bound reaches the best version's rate after ``trial_episodes`` clean episodes, refused once even
-        successes in all its remaining trial episodes could not get it there, or when the run ends first.
+        successes in all its remaining trial episodes could not get it there, or when the run ends first. A
+        version tried again adds ``trial_episodes`` to its record (fewer when the run ends).
         """
         if self.candidate is None:
             return None
@@ -205,11 +260,17 @@ class DeploymentGate:
         identity = self.identity[self.candidate]
         k, n = self.counts(identity)
         if not self.deployed:
-            if n >= cfg.trial_episodes or finish:
+            if n >= cfg.start_episodes or finish:
                 return self._close(True, k, n, -1, 0.0, 1.0, f"{k}/{n}: the run's start")
             return None
         best = self.best()
         bar = self.rate(best)
+        if self.retrial:
+            if n - self.trial_from >= cfg.trial_episodes or finish:
+                lo, hi = self.interval(identity)
+                return self._close(True, k, n, best, bar, hi, f"{k}/{n} in all: v{identity} tried again, its "
+                                                              f"interval now {lo:.2f}-{hi:.2f}")
+            return None
         best_case = wilson_interval(k + max(0, cfg.trial_episodes - n), max(n, cfg.trial_episodes), z)[1]
         if best_case < bar:
             reason = f"{k}/{n}: its best case ({best_case:.2f}) is below v{best}'s rate {bar:.2f}"
@@ -225,17 +286,21 @@ class DeploymentGate:
     def _close(self, kept: bool, k: int, n: int, best: int, bar: float, upper: float, reason: str) -> Decision:
         assert self.candidate is not None
         identity = self.identity[self.candidate]
-        if kept:
-            self.incumbent = identity
+        if kept and identity not in self.deployed:
             self.deployed.append(identity)
-        decision = Decision(kept, self.candidate, k, n, best, bar, upper, reason, self.incumbent)
+        self.incumbent = self.best()
+        decision = Decision(kept, self.candidate, k, n, best, bar, upper, reason, self.incumbent,
+                            retrial=self.retrial)
         self.candidate, self.since = None, 0
         return decision
 
     def keep_copies(self, most: int = 5) -> set[int]:
-        """The identities whose weights a run should keep: the deployed one and the ``most`` best."""
-        ranked = sorted(self.deployed, key=lambda i: wilson_interval(*self.counts(i), self.config.z)[0], reverse=True)
-        return {self.incumbent, *ranked[:most]}
+        """The identities whose weights a run should keep.
+
+        The deployed one, the ``most`` best, and those still to be tried again.
+        """
+        ranked = sorted(self.deployed, key=lambda i: self.interval(i)[0], reverse=True)
+        return {self.incumbent, *ranked[:most], *self.contending()}
 
     # ------------------------------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
@@ -243,7 +308,7 @@ class DeploymentGate:
         return {"incumbent": self.incumbent, "candidate": self.candidate,
                 "identity": {str(k): v for k, v in self.identity.items()}, "trials": self.trials,
                 "outcomes": {str(k): v for k, v in self.outcomes.items()}, "deployed": self.deployed,
-                "since": self.since}
+                "since": self.since, "retrial": self.retrial, "trial_from": self.trial_from}
 
     @classmethod
     def restore(cls, config: GateConfig, state: dict[str, Any]) -> DeploymentGate:
@@ -251,7 +316,8 @@ class DeploymentGate:
         return cls(config, int(state["incumbent"]), None if state["candidate"] is None else int(state["candidate"]),
                    {int(k): int(v) for k, v in state["identity"].items()}, [int(v) for v in state["trials"]],
                    {int(k): [int(v[0]), int(v[1])] for k, v in state["outcomes"].items()},
-                   [int(i) for i in state["deployed"]], int(state["since"]))
+                   [int(i) for i in state["deployed"]], int(state["since"]), bool(state.get("retrial", False)),
+                   int(state.get("trial_from", 0)))
 
 
 class GatedPublisher:
@@ -282,6 +348,17 @@ class GatedPublisher:
         if start and self.publisher.version == 0 and not self.gate.trials:
             return True
         return self.gate.may_publish()
+
+    def retry(self) -> int | None:
+        """Publish a kept version's weights on trial again when the next trial is its turn; returns that version.
+
+        None: not its turn (DeploymentGate.to_retry) or no trial due; the learner's newest may go out if
+        :meth:`may_publish`.
+        """
+        if not self.gate.may_publish():
+            return None
+        identity = self.gate.to_retry()
+        return None if identity is None else self._publish_again(identity, trial=True)
 
     def trial(self, write: Callable[[Path, int], Any]) -> Callable[[Path, int], None]:
         """``write`` (an algorithm's publish), then the marker file stamped as a trial."""
@@ -341,8 +418,8 @@ class GatedPublisher:
         shutil.copytree(self.publisher.folder / f"v{version}", tmp)
         os.replace(tmp, target)
 
-    def _publish_again(self, identity: int) -> int:
-        """Publish the weights of ``identity`` again as the next version, deployed; returns its number."""
+    def _publish_again(self, identity: int, trial: bool = False) -> int:
+        """Publish the weights of ``identity`` again as the next version, deployed or on trial; its number."""
         source = self.copies / f"v{identity}"
 
         def copy(folder: Path, version: int) -> None:
@@ -353,10 +430,13 @@ class GatedPublisher:
                     if item.name != self.publisher.marker:
                         shutil.copy2(item, folder / item.name)
                 shutil.copy2(source / self.publisher.marker, folder / self.publisher.marker)
-            self._stamp(folder, version, "deployed")
+            self._stamp(folder, version, "trial" if trial else "deployed")
 
         version = self.publisher.publish(copy)
-        self.gate.republished(version, identity)
+        if trial:
+            self.gate.retried(version, identity)
+        else:
+            self.gate.republished(version, identity)
         return version
 
     def _stamp(self, folder: Path, version: int, state: str) -> None:

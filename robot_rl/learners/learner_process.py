@@ -203,9 +203,15 @@ class OnlineLearner:
         """Publish the current weights as the next version and log a line; returns the newest version.
 
         That is the last good one when the algorithm may not publish (during a warm-up, after a failure) or
-        the deployment gate holds new versions back (one on trial, or the deployed one's gap not over yet).
+        the deployment gate holds new versions back (one on trial, or the deployed one's gap not over yet);
+        with the gate, it may be a kept version's weights on trial again instead (GatedPublisher.retry).
         ``start``: the run's first publication, its starting weights.
         """
+        retried = None if self.gate is None or start else self.gate.retry()  # a kept version's turn on trial
+        if retried is not None:
+            self._broadcast(retried)
+            self._last_publish = self.updates
+            return retried
         gated = self.gate is not None and not self.gate.may_publish(start)
         if gated or not self.algorithm.can_publish():
             self._last_publish = self.updates
