@@ -274,6 +274,8 @@ def test_the_learner_puts_a_kept_version_on_trial_again_and_deploys_the_best_aft
     assert learner.publish() == 4  # v2's turn to be tried again, before the learner's newest
     assert on_trial(weights, MARKER, 4, gated=True) and learner.gate is not None
     assert learner.gate.gate.identity[4] == 2 and learner.gate.gate.retrial
+    last = json.loads((tmp_path / "run" / "learner_log.jsonl").read_text().splitlines()[-1])
+    assert last["version"] == 4 and last["retrial_of"] == 2 and last["steps"] == learner.steps.total_added
     tried = load_file(str(weights / "v4" / WEIGHTS))
     kept = load_file(str(tmp_path / "run" / "deployed" / "v2" / WEIGHTS))
     assert all(np.array_equal(tried[k].numpy(), kept[k].numpy()) for k in kept)
@@ -284,3 +286,23 @@ def test_the_learner_puts_a_kept_version_on_trial_again_and_deploys_the_best_aft
     play(learner, 5, [True, True], start=3500)
     learner.train(2)
     assert learner.publish() == 6 and learner.gate.gate.identity[6] == 6  # the newest now, not another retrial
+
+
+def test_an_episode_whose_observations_do_not_show_the_task_is_judged_by_its_success_event() -> None:
+    from dataclasses import replace
+
+    from robot_rl.learners.task_success import episode_succeeded, pick_lift_success
+    from robot_rl.sim.envs.arm_pick_lift import lift_success
+
+    def cube(z: float) -> dict[str, np.ndarray]:  # a simulator's observation: the cube at height z
+        return {"pos": np.zeros(2, np.float32), "object_pos": np.array([0.5, 0.0, z], np.float32)}
+
+    up, down = cube(0.3), cube(0.0)
+    assert lift_success(up["object_pos"]) and not lift_success(down["object_pos"])
+    sim = [replace(t, observation=down, next_observation=down) for t in episode(0, 1, False)]
+    assert not episode_succeeded(pick_lift_success, sim)
+    assert episode_succeeded(pick_lift_success, [*sim[:-1], replace(sim[-1], next_observation=up)])
+    assert not episode_succeeded(pick_lift_success, [*sim[:-1], replace(sim[-1], terminated=True, reward=1.0)])
+    graph = episode(1, 1, False)  # a graph policy's observation has no object: the success event decides
+    assert not episode_succeeded(pick_lift_success, graph)
+    assert episode_succeeded(pick_lift_success, [*graph[:-1], replace(graph[-1], terminated=True, reward=1.0)])

@@ -31,6 +31,7 @@ import yaml
 from robot_rl.core.config import ConfigError
 from robot_rl.fleet.wire import CONFIG_FILE, parse_address, read_secret, tls_client_context
 from robot_rl.learners.algorithms import registry
+from robot_rl.learners.deployment_gate import on_trial
 from robot_rl.learners.online_config import OnlineConfig, load_run_config
 
 
@@ -81,6 +82,8 @@ class LearnerLink:
                                     tls, {"host": this_host(), **(info or {})})
             self.remote.join_in_background()
         self.where = f"at {connect}" if connect else f"of {run}"
+        self.online: OnlineConfig | None = None
+        """The run's config once :meth:`join` found it."""
 
     @property
     def enabled(self) -> bool:
@@ -115,7 +118,18 @@ class LearnerLink:
         if online is not None:
             for warning in check_streamable(online, control_mode, observation_keys, policy):
                 warn(warning)
+            self.online = online
         return online
+
+    def on_trial(self, version: int) -> bool:
+        """Whether ``version`` is on trial behind the run's deployment gate.
+
+        Its episodes are the policy's own: a person stands by (a takeover counts as the trial's failure).
+        """
+        run, online = self.run_dir, self.online
+        if run is None or online is None:
+            return False
+        return on_trial(run / "weights", registry.of(online.learner).marker, version, online.learner.gate.enabled)
 
     def graph_agent(self, online: OnlineConfig, on_swap: Callable[[int], None],
                     on_error: Callable[[str], None]) -> Any:

@@ -56,7 +56,7 @@ from robot_rl.learners.algorithms import registry
 from robot_rl.learners.buffers import ReplayBuffer, truncate_saved
 from robot_rl.learners.deployment_gate import Decision, GatedPublisher
 from robot_rl.learners.online_config import OnlineConfig
-from robot_rl.learners.task_success import observed_success
+from robot_rl.learners.task_success import episode_succeeded, observed_success
 from robot_rl.runtime.weights import WeightsPublisher
 
 
@@ -209,8 +209,12 @@ class OnlineLearner:
         """
         retried = None if self.gate is None or start else self.gate.retry()  # a kept version's turn on trial
         if retried is not None:
+            assert self.gate is not None
             self._broadcast(retried)
             self._last_publish = self.updates
+            self._log({"t": time.time(), "version": retried, "updates": self.updates, "loss": None,
+                       "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps,
+                       "retrial_of": self.gate.gate.identity[retried]})
             return retried
         gated = self.gate is not None and not self.gate.may_publish(start)
         if gated or not self.algorithm.can_publish():
@@ -245,7 +249,8 @@ class OnlineLearner:
             raise ValueError(f"learner.gate: {exc}") from None
 
         def success(episode: Sequence[Transition]) -> bool:
-            return any(rules[t.task](t.next_observation) for t in episode if t.task < len(rules))
+            task = episode[0].task if episode else 0
+            return task < len(rules) and episode_succeeded(rules[task], episode)
 
         return GatedPublisher(self.cfg.learner.gate, self.run_dir, self.publisher, self.algorithm, success)
 

@@ -9,9 +9,11 @@ drift (tests/test_learner_rlpd.py checks the agreement on recorded episodes).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+
+from robot_rl.core.transition import Transition
 
 ObservedSuccess = Callable[[Mapping[str, np.ndarray]], bool]
 
@@ -37,3 +39,16 @@ def observed_success(env_id: str) -> ObservedSuccess:
     except KeyError:
         raise ValueError(f"no observed success for {env_id!r} (have {sorted(TASK_SUCCESS)}): demonstrations "
                          "cannot be given sparse per-step rewards; use reward: env") from None
+
+
+def episode_succeeded(rule: ObservedSuccess, episode: Sequence[Transition]) -> bool:
+    """Whether the task succeeded at any step of ``episode``, by ``rule`` on the observations.
+
+    Where the observations do not show the task (a policy on a ROS graph that sees no object), the episode's
+    success event decides: a streaming actor closes an episode on the teleop's (or a detector's) success with
+    a terminal step of reward 1.
+    """
+    try:
+        return any(rule(t.next_observation) for t in episode)
+    except KeyError:
+        return bool(episode) and episode[-1].terminated and episode[-1].reward > 0.0

@@ -25,7 +25,10 @@ graph (its registry entry's ``graph_agent``, e.g. a residual) the checkpoint is 
 node executes what the algorithm makes of its action (the newest published residual, swapped between
 steps): ``policy/action`` is the executed action, ``policy/base_action`` the base's, ``policy/version`` the
 algorithm's version, and the executed action takes the same path to the controller (adapter, safety) as
-any other. It runs on the timer thread, after the base's action for the tick is known.
+any other. It runs on the timer thread, after the base's action for the tick is known. Behind the run's
+deployment gate (``learner.gate``) ``policy/on_trial`` (Bool, latched) says whether the acting version is on
+trial: its episodes are the policy's own, the person at the teleop stands by (a takeover counts as the
+trial's failure; the teleop node says so on its console).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 import torch
 from rclpy.node import Node
 from rclpy.publisher import Publisher
-from std_msgs.msg import Float64MultiArray, Int64
+from std_msgs.msg import Bool, Float64MultiArray, Int64
 
 from robot_rl.control.base import TargetRejected
 from robot_rl.core.spaces import SpecError
@@ -92,6 +95,8 @@ class PolicyNode(Node):
         self.pub_action = self.create_publisher(Float64MultiArray, "policy/action", 10)
         self.pub_version = self.create_publisher(Int64, "policy/version", LATCHED)
         self.pub_version.publish(Int64(data=int(self.runner.version)))
+        self.pub_trial = self.create_publisher(Bool, "policy/on_trial", LATCHED)
+        self._trial: bool | None = None
         self.last: Command | None = None
         self.actor: StreamingActor | None = None
         self.residual: Any = None
@@ -146,14 +151,26 @@ class PolicyNode(Node):
         self.actor = StreamingActor(self, run, self.link.sender, self.adapter.relabel, lambda: self.version,
                                     self.config.send_every, self.sources.observation)
         self.get_logger().info(f"streaming to the {online.learner.algorithm} learner {self.link.where}")
+        self._announce(self.version)
 
     def _on_swap(self, version: int) -> None:
         self.pub_version.publish(Int64(data=version))
         self.get_logger().info(f"swapped in weights v{version}")
+        self._announce(version)
 
     def _on_residual_swap(self, version: int) -> None:
         self.pub_version.publish(Int64(data=version))
         self.get_logger().info(f"swapped in residual v{version}")
+        self._announce(version)
+
+    def _announce(self, version: int) -> None:
+        """``policy/on_trial`` for the version acting now, and a line when that changes."""
+        trial = self.link.on_trial(version)
+        self.pub_trial.publish(Bool(data=trial))
+        if trial != self._trial and (trial or self._trial is not None):
+            self.get_logger().warn(f"v{version} is on trial: hands off, a takeover counts as its failure" if trial
+                                   else f"v{version} is deployed: take over when needed")
+        self._trial = trial
 
     def _poll_weights(self) -> None:
         self.runner.poll_weights()

@@ -19,7 +19,9 @@ recorder and the policy node's actor mark those steps as the human's. Episode ev
 re-record, stop) come from device buttons or from the services ``~/success``, ``~/failure``,
 ``~/rerecord``, ``~/stop`` and go out on ``episode_event`` (String). ``~/set_intervention`` (SetBool)
 hands control over from a UI. Position modes start integrating from the measured pose; without one,
-taking control is refused rather than jumping to a stale target.
+taking control is refused rather than jumping to a stale target. While ``policy/on_trial`` (latched, from
+the policy node behind a deployment gate) is true the console asks the person to stand by: the version
+acting is being measured on its own, and a takeover counts as its failure.
 """
 
 from __future__ import annotations
@@ -122,6 +124,9 @@ class TeleopNode(Node):
         for event in EpisodeEvent:
             self.create_service(Trigger, f"~/{event.value}", self._event_service(event))
         self.create_service(SetBool, "~/set_intervention", self._on_set_intervention)
+        self.policy_on_trial = False
+        """The policy node's version acting now is on trial behind a deployment gate (``policy/on_trial``)."""
+        self.create_subscription(Bool, "policy/on_trial", self._on_trial, LATCHED)
         self._publish_intervention()
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
         source = f", taking over from {pose_topic}" if self.mode.integrates_pose else ""
@@ -145,6 +150,13 @@ class TeleopNode(Node):
         self.state.intervening = value
         self._publish_intervention()
         return True
+
+    def _on_trial(self, msg: Bool) -> None:
+        if msg.data and not self.policy_on_trial:
+            self.get_logger().warn("the policy is on trial: stand by (a takeover counts as its failure)")
+        elif self.policy_on_trial and not msg.data:
+            self.get_logger().info("the policy's trial is over: take over when needed")
+        self.policy_on_trial = bool(msg.data)
 
     def _publish_intervention(self) -> None:
         self.pub_intervention.publish(Bool(data=self.state.intervening))

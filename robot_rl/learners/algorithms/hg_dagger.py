@@ -38,7 +38,7 @@ from robot_rl.learners.algorithms.registry import OnlineAlgorithm, RunSettings, 
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.credit import assign_credit
 from robot_rl.learners.open_episodes import OpenEpisodes
-from robot_rl.learners.task_success import observed_success
+from robot_rl.learners.task_success import episode_succeeded, observed_success
 from robot_rl.policies.base import CheckpointError, Policy
 from robot_rl.training.checkpoint import load_training_state, save_training_state
 from robot_rl.training.dataset import ChunkDataset
@@ -329,7 +329,7 @@ class HGDAggerAlgorithm:
         """Collect each episode's steps; at its end hand the policy steps credited +1 to the learner."""
         assert self.succeeded is not None
         for episode in self._episodes.add(transitions):
-            success = any(self.succeeded(s.next_observation) for s in episode)
+            success = episode_succeeded(self.succeeded, episode)
             credit = assign_credit(episode, success)
             self.learner.add_successes([s for s, c in zip(episode, credit.step_credit) if c > 0])
 
