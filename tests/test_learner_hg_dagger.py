@@ -279,3 +279,26 @@ def test_without_demonstrations_the_batch_is_the_human_steps_and_the_credited_ow
     learner.add_rollout(human_rollout(np.random.default_rng(1), 2))
     batch = learner._batch()
     assert batch["action"].shape[0] == 40 and learner.update(2)["loss"] > 0
+
+
+def test_action_steps_sets_how_much_of_each_chunk_every_published_version_executes(tmp_path: Path) -> None:
+    from robot_rl.core.config import load_config
+    from robot_rl.learners.algorithms.hg_dagger import HGDAggerAlgorithm
+    from robot_rl.learners.online_config import OnlineConfig
+    from robot_rl.policies.base import Policy
+
+    data = demos(2, seed=0)
+    policy = make_policy(data)
+    policy.set_stats(data.stats())
+    policy.save(tmp_path / "policy")
+    came_with = policy.config.executor.n_action_steps
+    assert came_with != 1
+    for steps, expected in ((1, 1), (None, came_with)):
+        cfg = load_config(OnlineConfig, {"policy": str(tmp_path / "policy"), "learner": {
+            "device": "cpu", "hg_dagger": {"action_steps": steps}}})
+        algo = HGDAggerAlgorithm(cfg, tmp_path / f"ckpt{steps}")
+        (tmp_path / f"v{steps}").mkdir()
+        algo.publish(tmp_path / f"v{steps}", 1)
+        assert Policy.load(tmp_path / f"v{steps}").config.executor.n_action_steps == expected
+    with pytest.raises(ValueError, match="action_steps"):
+        HGDAggerConfig(action_steps=0)

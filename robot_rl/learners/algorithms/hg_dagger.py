@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,11 @@ class HGDAggerConfig:
     """Intervention steps kept (oldest dropped first); the policy's credited steps likewise."""
     seed: int = 0
     """Seed of the window sampler."""
+    action_steps: int | None = None
+    """Steps of each predicted chunk the fine-tuned policy executes before it predicts again (its executor's
+    ``n_action_steps``, carried by every published version); None: as the policy came. On a robot slower than
+    the simulator the policy trained in, re-planning every step lets it see its fingers close before it lifts
+    (benchmarks/README.md, The arm on the "real" robot)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.updates_per_round < 1 or self.capacity < 1:
@@ -94,6 +99,8 @@ class HGDAggerConfig:
             raise ValueError("lr and grad_clip must be > 0, weight_decay >= 0")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay: must be in [0, 1), got {self.ema_decay}")
+        if self.action_steps is not None and self.action_steps < 1:
+            raise ValueError(f"action_steps: must be >= 1 or null, got {self.action_steps}")
 
 
 class HGDAggerLearner:
@@ -287,6 +294,8 @@ class HGDAggerAlgorithm:
         torch.manual_seed(lc.hg_dagger.seed)
         state = self.ckpt / "state"
         policy = Policy.load(state if (state / "train_state.json").is_file() else cfg.policy)
+        if lc.hg_dagger.action_steps is not None:
+            policy.set_executor(replace(policy.config.executor, n_action_steps=lc.hg_dagger.action_steps))
         demos = None
         if lc.demos:
             pc = policy.config
