@@ -168,19 +168,18 @@ class DeploymentGate:
     # ------------------------------------------------------------------------------------------ events
     def published(self, version: int) -> None:
         """``version`` went out on trial (the first one: the run's start)."""
-        if self.candidate is not None:
-            raise RuntimeError(f"gate: v{version} published while v{self.candidate} is still on trial")
-        self.identity[version] = version
-        self.trials.append(version)
-        self.candidate, self.retrial, self.trial_from = version, False, 0
+        self._on_trial(version, version)
 
     def retried(self, version: int, identity: int) -> None:
         """``version`` carries the weights of ``identity``, kept before, on trial again (see :meth:`to_retry`)."""
+        self._on_trial(version, identity)
+
+    def _on_trial(self, version: int, identity: int) -> None:
         if self.candidate is not None:
             raise RuntimeError(f"gate: v{version} published while v{self.candidate} is still on trial")
         self.identity[version] = identity
         self.trials.append(version)
-        self.candidate, self.retrial, self.trial_from = version, True, self.counts(identity)[1]
+        self.candidate, self.retrial, self.trial_from = version, identity != version, self.counts(identity)[1]
 
     def republished(self, version: int, identity: int) -> None:
         """``version`` carries the weights of ``identity``, deployed (not on trial)."""

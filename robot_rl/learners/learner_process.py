@@ -212,9 +212,7 @@ class OnlineLearner:
             assert self.gate is not None
             self._broadcast(retried)
             self._last_publish = self.updates
-            self._log({"t": time.time(), "version": retried, "updates": self.updates, "loss": None,
-                       "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps,
-                       "retrial_of": self.gate.gate.identity[retried]})
+            self._log(retried, loss=None, retrial_of=self.gate.gate.identity[retried])
             return retried
         gated = self.gate is not None and not self.gate.may_publish(start)
         if gated or not self.algorithm.can_publish():
@@ -226,20 +224,16 @@ class OnlineLearner:
             self.gate.published(version)
         self._broadcast(version)
         self._last_publish = self.updates
-        line = {"t": time.time(), "version": version, "updates": self.updates,
-                "loss": float(np.mean(self._losses)) if self._losses else None,
-                "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps,
-                "metrics": {k: float(np.mean(v)) for k, v in self._metrics.items()}}
+        self._log(version, loss=float(np.mean(self._losses)) if self._losses else None,
+                  metrics={k: float(np.mean(v)) for k, v in self._metrics.items()})
         self._losses, self._metrics = [], {}
-        self._log(line)
         return version
 
     def _gate_verdict(self, decision: Decision) -> None:
         """Log a verdict of the gate; weights it published again go to the TCP actors too."""
         if decision.published:
             self._broadcast(decision.published)
-        self._log({"t": time.time(), "updates": self.updates, "version": self.publisher.version,
-                   "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps, **decision.line()})
+        self._log(self.publisher.version, **decision.line())
 
     def _make_gate(self) -> GatedPublisher:
         """The deployment gate of this run; its tasks must have an observed success rule."""
@@ -254,7 +248,10 @@ class OnlineLearner:
 
         return GatedPublisher(self.cfg.learner.gate, self.run_dir, self.publisher, self.algorithm, success)
 
-    def _log(self, line: dict[str, Any]) -> None:
+    def _log(self, version: int, **fields: Any) -> None:
+        """A line of ``learner_log.jsonl``: time, newest version, updates and steps so far, then ``fields``."""
+        line = {"t": time.time(), "version": version, "updates": self.updates, "steps": self.steps.total_added,
+                "human_steps": self.algorithm.human_steps, **fields}
         with (self.run_dir / "learner_log.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
 
@@ -264,9 +261,7 @@ class OnlineLearner:
         self._failure_logged = True
         why = f"{self.algorithm.failure}; training and publishing stop, v{self.publisher.version} stays the newest"
         print(f"learner: {why}", file=sys.stderr, flush=True)
-        self._log({"t": time.time(), "version": self.publisher.version, "updates": self.updates, "loss": None,
-                   "steps": self.steps.total_added, "human_steps": self.algorithm.human_steps,
-                   "error": why})
+        self._log(self.publisher.version, loss=None, error=why)
 
     def _restore_commit(self) -> dict[str, Any] | None:
         """Cut the saved buffers back to what the last commit holds (parts saved after it do not count)."""
