@@ -24,7 +24,7 @@ from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.online import CONFIG_FILE, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.simulated_human import SimulatedHuman, SimulatedHumanConfig
-from robot_rl.learners.task_risk import pick_lift_grasp_risk, task_risk
+from robot_rl.learners.task_risk import PickLiftGraspRisk, pick_lift_grasp_risk, task_risk
 from robot_rl.runtime.episode import run_episode
 from robot_rl.runtime.weights import list_versions
 from robot_rl.sim.experts.arm import expert_for
@@ -39,7 +39,7 @@ def env() -> Iterator[gym.Env]:
 
 def grasp_human(env: gym.Env, seed: int = 0) -> SimulatedHuman:
     cfg = SimulatedHumanConfig(action_risk=False, min_takeover_steps=15, seed=seed)
-    return SimulatedHuman(expert_for(env), cfg, state_risk=pick_lift_grasp_risk)
+    return SimulatedHuman(expert_for(env), cfg, state_risk=task_risk("robot_rl/ArmPickLift-v0"))
 
 
 def test_grasp_risk_reads_the_state(env: gym.Env) -> None:
@@ -74,6 +74,41 @@ def test_grasp_human_leaves_the_expert_alone_and_rescues_a_blind_policy(env: gym
     alone = [run_episode(env, blind, 20 + s, seed=10 + s) for s in range(3)]
     assert not any(r.success for r in alone)
     assert all(r.takeovers >= 1 for r in rescued) and sum(r.success for r in rescued) >= 2
+
+
+def test_grasp_risk_remembers_an_abandoned_grasp(env: gym.Env) -> None:
+    obs, _ = env.reset(seed=0)
+    cube, opened = obs["object_pos"].astype(np.float64), np.array([0.075], np.float32)
+    obs = {**obs, "object_quat": obs["tcp_quat"]}  # the hand turned to the cube's faces
+    at = {**obs, "tcp_pos": cube + np.array([0.003, 0, 0.01]), "gripper_width": opened}
+    back_up = {**obs, "tcp_pos": cube + np.array([0, 0, 0.06]), "gripper_width": opened}
+    risk = PickLiftGraspRisk()
+    assert risk(back_up) == 0.0 and risk(at) == 0.0  # coming down: nothing wrong
+    assert risk(back_up) == 1.0 and pick_lift_grasp_risk(back_up) == 0.0  # went back up without closing
+    lifted = {**back_up, "object_pos": cube + np.array([0, 0, 0.05]), "gripper_width": np.array([0.05], np.float32)}
+    assert risk(lifted) == 0.0  # up with the cube in a closed hand
+    risk.reset()
+    assert risk(back_up) == 0.0  # a new episode forgets
+
+
+def test_grasp_human_takes_over_a_policy_that_never_closes(env: gym.Env) -> None:
+    """A policy that goes down to the cube but never closes and retries from above, as the last failures of
+    fine-tuned policies on the stand-in did: no single state of it is risky for long, so only the memory of
+    the hand having been at the cube calls the human in."""
+    expert = expert_for(env)
+
+    def hesitant(obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        a = expert.act(obs)
+        a[6] = 1.0  # the fingers stay open: the expert sees it stuck, opens and retries from above
+        return a
+
+    stateless = SimulatedHuman(expert_for(env), SimulatedHumanConfig(action_risk=False, min_takeover_steps=15),
+                               state_risk=pick_lift_grasp_risk)
+    alone = [run_episode(env, hesitant, 30 + s, seed=30 + s) for s in range(2)]
+    unseen = [run_episode(env, hesitant, 40 + s, human=stateless, seed=30 + s) for s in range(2)]
+    rescued = [run_episode(env, hesitant, 50 + s, human=grasp_human(env, s), seed=30 + s) for s in range(2)]
+    assert not any(r.success for r in alone) and all(r.takeovers == 0 and not r.success for r in unseen)
+    assert all(r.takeovers >= 1 and r.success for r in rescued)
 
 
 def step(i: int) -> Transition:

@@ -114,9 +114,10 @@ class SimulatedHuman:
         self.in_control = False
         self.control_steps = 0
         self.takeovers = 0
-        reset = getattr(self.expert, "reset", None)
-        if callable(reset):
-            reset()
+        for part in (self.expert, self.state_risk):  # either may remember the episode
+            reset = getattr(part, "reset", None)
+            if callable(reset):
+                reset()
 
     def step(self, obs: Mapping[str, np.ndarray], policy_action: np.ndarray) -> HumanDecision:
         """Judge the policy's proposal and decide who acts.

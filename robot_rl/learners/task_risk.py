@@ -3,7 +3,8 @@
 A supervisor does not compare the policy's action with a reference at every step (that would make the
 human take over whenever the policy moves differently but fine); they step in when the *state* is about
 to go wrong. For pick-and-lift that is the grasp: the hand low over the cube but off-centre or
-mis-rotated, fingers closing around nothing, or the cube slipping out of a closing hand. Returned as a
+mis-rotated, fingers closing around nothing, the cube slipping out of a closing hand, or the hand going
+back up with the fingers still open after it was down at the cube (a grasp abandoned). Returned as a
 risk in [0, 1] that :class:`~robot_rl.learners.simulated_human.SimulatedHuman` smooths and thresholds.
 """
 
@@ -18,6 +19,7 @@ from robot_rl.robots import scenes
 from robot_rl.sim.experts.arm import PickLiftExpert, wrap_angle
 
 StateRisk = Callable[[Mapping[str, np.ndarray]], float]
+"""Risk in [0, 1] of an observation; one with a ``reset()`` method keeps memory within an episode."""
 
 XY_TOLERANCE = 0.015
 """Horizontal tcp-cube offset a grasp survives [m] (the fingers open to 8 cm around a 5 cm cube)."""
@@ -57,6 +59,42 @@ def _holding(width: float, off_xy: float, height: float) -> bool:
     return PickLiftExpert.GRASP_MIN <= width <= PickLiftExpert.GRASP_MAX and off_xy < 0.03 and height < 0.03
 
 
+ABANDON_ABOVE = 0.04
+"""Height over the cube's centre [m] at which a hand that was down at the cube with open fingers and has
+come back up, still open, counts as having abandoned the grasp."""
+
+
+class PickLiftGraspRisk:
+    """:func:`pick_lift_grasp_risk` plus the one failure it cannot see in a single state: the abandoned grasp.
+
+    The failures that remained on the pick-and-lift stand-in after fine-tuning (8 of 150 episodes of a 95%
+    policy, traced step by step) were all the same: the hand comes down over the cube, well aligned, does not
+    close, goes back up with the fingers open and hovers or pumps until the time runs out. No single state of
+    that is wrong for long (low and off-centre for a step or two now and then), so the smoothed state risk
+    never reached a takeover and the human never corrected it. A person sees it at once: the hand was at the
+    cube and came back without it. On the same 100 episodes this rule flags all 6 failures (by step 20) and
+    17 of the 94 successes (a hand that went up, came down again and then closed: a dithering grasp).
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """New episode: the hand has not been at the cube yet."""
+        self.was_at_cube = False
+
+    def __call__(self, obs: Mapping[str, np.ndarray]) -> float:
+        """1 for an abandoned grasp or any risk of :func:`pick_lift_grasp_risk`, else 0."""
+        tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
+        opened = float(obs["gripper_width"][0]) > PickLiftExpert.GRASP_MAX
+        height, off_xy = float(tcp[2] - obj[2]), float(np.linalg.norm(obj[:2] - tcp[:2]))
+        if opened and height < LOW_ABOVE and off_xy <= XY_TOLERANCE:
+            self.was_at_cube = True
+        if self.was_at_cube and opened and height > ABANDON_ABOVE:
+            return 1.0
+        return pick_lift_grasp_risk(obs)
+
+
 SECURED_LIFT = 0.02
 """How far off the table the held cube must be for the correction to count as complete [m]."""
 
@@ -68,9 +106,9 @@ def pick_lift_secured(obs: Mapping[str, np.ndarray]) -> bool:
     return bool(held and obj[2] > scenes.CUBE_HALF + SECURED_LIFT)
 
 
-TASK_RISKS: dict[str, StateRisk] = {"robot_rl/ArmPickLift-v0": pick_lift_grasp_risk,
-                                    "robot_rl/ArmPickLift-RealStandIn-v0": pick_lift_grasp_risk}
-"""Environment id -> its state risk (used by the actors' ``human_risk: grasp`` setting)."""
+TASK_RISKS: dict[str, Callable[[], StateRisk]] = {"robot_rl/ArmPickLift-v0": PickLiftGraspRisk,
+                                                  "robot_rl/ArmPickLift-RealStandIn-v0": PickLiftGraspRisk}
+"""Environment id -> a factory of its state risk (used by the actors' ``human_risk: grasp`` setting)."""
 
 
 TASK_SECURED: dict[str, Callable[[Mapping[str, np.ndarray]], bool]] = {
@@ -84,9 +122,13 @@ def task_secured(env_id: str) -> Callable[[Mapping[str, np.ndarray]], bool] | No
 
 
 def task_risk(env_id: str) -> StateRisk:
-    """The state risk of ``env_id``; a clear error for tasks without one."""
+    """A new state risk of ``env_id``, one per human (it may remember the episode).
+
+    Raises:
+        ValueError: for a task without one.
+    """
     try:
-        return TASK_RISKS[env_id]
+        return TASK_RISKS[env_id]()
     except KeyError:
         raise ValueError(f"no state-based risk for {env_id!r} (have {sorted(TASK_RISKS)}); "
                          "use human_risk: action") from None
