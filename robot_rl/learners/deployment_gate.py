@@ -38,6 +38,7 @@ import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,9 @@ class GateConfig:
         if not 0.0 < self.confidence < 1.0:
             raise ValueError(f"gate.confidence must be in (0, 1), got {self.confidence}")
 
-    @property
+    @cached_property
     def z(self) -> float:
-        """The normal quantile of ``confidence`` (two-sided)."""
+        """The normal quantile of ``confidence`` (two-sided; computed once: every interval asks for it)."""
         from scipy.stats import norm
 
         return float(norm.ppf(0.5 + self.confidence / 2.0))
