@@ -302,3 +302,39 @@ def test_action_steps_sets_how_much_of_each_chunk_every_published_version_execut
         assert Policy.load(tmp_path / f"v{steps}").config.executor.n_action_steps == expected
     with pytest.raises(ValueError, match="action_steps"):
         HGDAggerConfig(action_steps=0)
+
+
+def test_an_episode_with_a_step_without_an_action_is_refused_and_a_diverged_update_keeps_the_last_good_state(
+        tmp_path: Path) -> None:
+    """Bad input on the robot: a human step with no action refuses its episode (named), the batch's other
+    episodes are kept; an update that turns the weights non-finite stops training, publishing and
+    checkpointing, so the last good version and checkpoint stay."""
+    from robot_rl.core.config import load_config
+    from robot_rl.learners.algorithms.hg_dagger import HGDAggerAlgorithm
+    from robot_rl.learners.online_config import OnlineConfig
+
+    data = demos(4, seed=0)
+    policy = make_policy(data)
+    policy.set_stats(data.stats())
+    policy.save(tmp_path / "policy")
+    cfg = load_config(OnlineConfig, {"policy": str(tmp_path / "policy"), "learner": {"device": "cpu"}})
+    algo = HGDAggerAlgorithm(cfg, tmp_path / "ckpt")
+    rng = np.random.default_rng(0)
+    good, bad = human_rollout(rng, 1), human_rollout(rng, 2)
+    bad[7] = bad[7].replace(action=np.zeros(0, np.float32))  # the teleop gave nothing at that step
+    algo.add([t for pair in zip(good, bad) for t in pair])
+    assert len(algo.refused) == 1 and "episode 2 step 7" in algo.refused[0]
+    assert algo.steps.total_added == 20 and algo.learner.num_intervention_steps == 15  # episode 1 whole
+    algo.update(2)
+    assert algo.failure is None and algo.can_publish()
+    algo.checkpoint()
+    updates = algo.updates
+    with torch.no_grad():
+        next(algo.learner.policy.parameters()).fill_(float("nan"))  # a diverged step
+    algo.update(1)
+    assert algo.failure is not None and "non-finite" in algo.failure
+    assert not algo.can_publish() and algo.train_allowed() == 0
+    algo.checkpoint()  # keeps the last good one
+    again = HGDAggerAlgorithm(cfg, tmp_path / "ckpt")
+    assert again.updates == updates and again.failure is None
+    assert all(bool(torch.isfinite(p).all()) for p in again.learner.policy.parameters())

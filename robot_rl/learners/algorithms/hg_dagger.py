@@ -22,6 +22,7 @@ and on the pick-and-lift stand-in that made the policy worse with every round of
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -44,6 +45,8 @@ from robot_rl.training.checkpoint import load_training_state, save_training_stat
 from robot_rl.training.dataset import ChunkDataset
 from robot_rl.training.labels import label_columns
 from robot_rl.training.loop import Ema
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -145,7 +148,7 @@ class HGDAggerLearner:
     def add_rollout(self, transitions: Sequence[Transition]) -> int:
         """Keep the human-controlled steps of a rollout; returns how many were kept."""
         human = [t for t in transitions if t.segment_source is SegmentSource.HUMAN]
-        self._check_keys(human)
+        self.check_steps(human)
         if human:
             self.interventions.extend(human)
             self._datasets.pop("interventions", None)
@@ -153,17 +156,23 @@ class HGDAggerLearner:
 
     def add_successes(self, transitions: Sequence[Transition]) -> int:
         """Keep the policy's own credited steps (their executed actions become labels); returns how many."""
-        self._check_keys(transitions)
+        self.check_steps(transitions)
         if transitions:
             self.successes.extend(list(transitions))
             self._datasets.pop("successes", None)
         return len(transitions)
 
-    def _check_keys(self, transitions: Sequence[Transition]) -> None:
+    def check_steps(self, transitions: Sequence[Transition]) -> None:
+        """Every step has the policy's observation keys and an action of its size (else nothing is kept)."""
+        dim = self.policy.spec.action_dim
         for t in transitions:
             missing = [k for k in self.keys if k not in t.observation]
             if missing:
-                raise SpecError(f"observation: missing key(s) {missing} the policy needs")
+                raise SpecError(f"episode {t.episode_id} step {t.step}: observation: missing key(s) {missing} "
+                                "the policy needs")
+            if t.action.shape != (dim,):
+                raise SpecError(f"episode {t.episode_id} step {t.step}: action of shape {t.action.shape}, the "
+                                f"policy acts with ({dim},) (a {t.segment_source.name.lower()} step with no action?)")
 
     def intervention_dataset(self) -> ChunkDataset | None:
         """Human segments as a windowed dataset (one 'episode' per segment), or None when empty."""
@@ -307,6 +316,8 @@ class HGDAggerAlgorithm:
         self.steps = ReplayBuffer(lc.capacity)
         self.updates = 0
         self.failure: str | None = None
+        self.refused: list[str] = []
+        """Why episodes were refused (the episode and step named)."""
         self.resumed_from: dict[str, int] | None = None
         if (state / "train_state.json").is_file():
             meta = load_training_state(state, policy, self.learner.ema, self.learner.optimizer)
@@ -327,12 +338,24 @@ class HGDAggerAlgorithm:
         return self.learner.interventions.total_added
 
     def add(self, transitions: Sequence[Transition]) -> None:
-        """Keep every step; HG-DAgger keeps the human ones (and, with ``success_fraction``, credited ones)."""
-        if transitions:
-            self.steps.extend(transitions)
-            self.learner.add_rollout(list(transitions))
+        """Keep every step; HG-DAgger keeps the human ones (and, with ``success_fraction``, credited ones).
+
+        An episode with a step the policy cannot learn from (a missing observation key, an action of another
+        size) is refused whole, named in :attr:`refused`; the other episodes of the batch are kept.
+        """
+        good = list(transitions)
+        for episode in sorted({t.episode_id for t in good}):
+            try:
+                self.learner.check_steps([t for t in good if t.episode_id == episode])
+            except SpecError as err:
+                self.refused.append(str(err))
+                _LOG.warning("HG-DAgger refused %s", err)
+                good = [t for t in good if t.episode_id != episode]
+        if good:
+            self.steps.extend(good)
+            self.learner.add_rollout(good)
             if self.succeeded is not None:
-                self._credit(transitions)
+                self._credit(good)
 
     def _credit(self, transitions: Sequence[Transition]) -> None:
         """Collect each episode's steps; at its end hand the policy steps credited +1 to the learner."""
@@ -354,18 +377,27 @@ class HGDAggerAlgorithm:
         return max(0, int(lc.update_to_data * self.steps.total_added) - self.updates)
 
     def train_allowed(self) -> int:
-        """:meth:`updates_owed`, at most ``updates_per_cycle``."""
+        """:meth:`updates_owed`, at most ``updates_per_cycle``; 0 after a failure."""
+        if self.failure is not None:
+            return 0
         return min(self.lc.updates_per_cycle, self.updates_owed())
 
     def update(self, n: int) -> dict[str, float]:
-        """``n`` behaviour-cloning steps."""
+        """``n`` behaviour-cloning steps.
+
+        A non-finite loss or weight sets :attr:`failure`: nothing is published or checkpointed after it, so the
+        last good version stays the newest.
+        """
         metrics = self.learner.update(n)
         self.updates += n
+        finite_loss = bool(np.isfinite(metrics["loss"]))
+        if not finite_loss or not all(bool(torch.isfinite(p).all()) for p in self.learner.published.parameters()):
+            self.failure = f"update {self.updates}: non-finite {'weights' if finite_loss else 'loss'}"
         return metrics
 
     def can_publish(self) -> bool:
-        """Always: the policy is usable from the start."""
-        return True
+        """From the start (the policy is usable), until a failure."""
+        return self.failure is None
 
     def publish(self, folder: Path, version: int) -> None:
         """The published policy (the weights' moving average), stamped with ``version``."""
@@ -374,7 +406,12 @@ class HGDAggerAlgorithm:
         published.save(folder)
 
     def checkpoint(self) -> None:
-        """Buffers first (append-only), then the state that names their counts (atomic swap)."""
+        """Buffers first (append-only), then the state that names their counts (atomic swap).
+
+        After a failure nothing: the last good checkpoint stays.
+        """
+        if self.failure is not None:
+            return
         self.steps.save(self.ckpt / "steps")
         self.learner.save_buffers(self.ckpt)
         save_training_state(self.ckpt / "state", self.learner.policy, self.learner.ema, self.learner.optimizer,
