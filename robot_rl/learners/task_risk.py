@@ -37,12 +37,9 @@ def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
     the episodes that fail and rarely one that would have succeeded; a stricter rule (yaw 0.2 rad, any
     closing 0.75 cm off-centre) made the human take over in most episodes the policy would have won.
     """
-    tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
-    width = float(obs["gripper_width"][0])
-    off_xy = float(np.linalg.norm(obj[:2] - tcp[:2]))
+    width, off_xy, height, cube_z = _hand_over_cube(obs)
     dyaw = abs(wrap_angle(quat_yaw(obs["object_quat"]) - quat_yaw(obs["tcp_quat"]), np.pi / 2))
-    height = float(tcp[2] - obj[2])
-    lifted = obj[2] > scenes.CUBE_HALF + 0.01
+    lifted = cube_z > scenes.CUBE_HALF + 0.01
     if _holding(width, off_xy, height):
         return 0.0
     if width < PickLiftExpert.GRASP_MIN:  # closed on nothing (or dropped the cube)
@@ -52,6 +49,13 @@ def pick_lift_grasp_risk(obs: Mapping[str, np.ndarray]) -> float:
     low = height < LOW_ABOVE
     misaligned = off_xy > XY_TOLERANCE or dyaw > YAW_TOLERANCE
     return 1.0 if low and misaligned else 0.0
+
+
+def _hand_over_cube(obs: Mapping[str, np.ndarray]) -> tuple[float, float, float, float]:
+    """Finger opening, horizontal hand-cube offset, hand height over the cube's centre, cube height [m]."""
+    tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
+    return (float(obs["gripper_width"][0]), float(np.linalg.norm(obj[:2] - tcp[:2])), float(tcp[2] - obj[2]),
+            float(obj[2]))
 
 
 def _holding(width: float, off_xy: float, height: float) -> bool:
@@ -85,9 +89,8 @@ class PickLiftGraspRisk:
 
     def __call__(self, obs: Mapping[str, np.ndarray]) -> float:
         """1 for an abandoned grasp or any risk of :func:`pick_lift_grasp_risk`, else 0."""
-        tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
-        opened = float(obs["gripper_width"][0]) > PickLiftExpert.GRASP_MAX
-        height, off_xy = float(tcp[2] - obj[2]), float(np.linalg.norm(obj[:2] - tcp[:2]))
+        width, off_xy, height, _ = _hand_over_cube(obs)
+        opened = width > PickLiftExpert.GRASP_MAX
         if opened and height < LOW_ABOVE and off_xy <= XY_TOLERANCE:
             self.was_at_cube = True
         if self.was_at_cube and opened and height > ABANDON_ABOVE:
@@ -101,9 +104,8 @@ SECURED_LIFT = 0.02
 
 def pick_lift_secured(obs: Mapping[str, np.ndarray]) -> bool:
     """The cube is held and off the table (2 cm up): from here the policy only has to lift it."""
-    tcp, obj = np.asarray(obs["tcp_pos"], np.float64), np.asarray(obs["object_pos"], np.float64)
-    held = _holding(float(obs["gripper_width"][0]), float(np.linalg.norm(obj[:2] - tcp[:2])), float(tcp[2] - obj[2]))
-    return bool(held and obj[2] > scenes.CUBE_HALF + SECURED_LIFT)
+    width, off_xy, height, cube_z = _hand_over_cube(obs)
+    return _holding(width, off_xy, height) and cube_z > scenes.CUBE_HALF + SECURED_LIFT
 
 
 TASK_RISKS: dict[str, Callable[[], StateRisk]] = {"robot_rl/ArmPickLift-v0": PickLiftGraspRisk,
