@@ -343,14 +343,18 @@ class HGDAggerAlgorithm:
         An episode with a step the policy cannot learn from (a missing observation key, an action of another
         size) is refused whole, named in :attr:`refused`; the other episodes of the batch are kept.
         """
-        good = list(transitions)
-        for episode in sorted({t.episode_id for t in good}):
+        episodes: dict[int, list[Transition]] = {}
+        for t in transitions:
+            episodes.setdefault(t.episode_id, []).append(t)
+        bad = set()
+        for episode, steps in episodes.items():
             try:
-                self.learner.check_steps([t for t in good if t.episode_id == episode])
+                self.learner.check_steps(steps)
             except SpecError as err:
+                bad.add(episode)
                 self.refused.append(str(err))
                 _LOG.warning("HG-DAgger refused %s", err)
-                good = [t for t in good if t.episode_id != episode]
+        good = [t for t in transitions if t.episode_id not in bad]
         if good:
             self.steps.extend(good)
             self.learner.add_rollout(good)
