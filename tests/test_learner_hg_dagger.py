@@ -307,8 +307,8 @@ def test_action_steps_sets_how_much_of_each_chunk_every_published_version_execut
 def test_an_episode_with_a_step_without_an_action_is_refused_and_a_diverged_update_keeps_the_last_good_state(
         tmp_path: Path) -> None:
     """Bad input on the robot: a human step with no action refuses its episode (named), the batch's other
-    episodes are kept; an update that turns the weights non-finite stops training, publishing and
-    checkpointing, so the last good version and checkpoint stay."""
+    episodes are kept; an update that turns the weights non-finite stops training and publishing, and the
+    checkpoint keeps the last good networks with every step received, after the failure too."""
     from robot_rl.core.config import load_config
     from robot_rl.learners.algorithms.hg_dagger import HGDAggerAlgorithm
     from robot_rl.learners.online_config import OnlineConfig
@@ -334,7 +334,9 @@ def test_an_episode_with_a_step_without_an_action_is_refused_and_a_diverged_upda
     algo.update(1)
     assert algo.failure is not None and "non-finite" in algo.failure
     assert not algo.can_publish() and algo.train_allowed() == 0
-    algo.checkpoint()  # keeps the last good one
+    algo.add(human_rollout(rng, 3))  # the robot goes on sending: nothing it sends is lost
+    algo.checkpoint()  # the buffers, and the last good networks
     again = HGDAggerAlgorithm(cfg, tmp_path / "ckpt")
     assert again.updates == updates and again.failure is None
+    assert again.steps.total_added == 40 and again.learner.num_intervention_steps == 30
     assert all(bool(torch.isfinite(p).all()) for p in again.learner.policy.parameters())

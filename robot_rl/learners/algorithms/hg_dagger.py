@@ -412,15 +412,14 @@ class HGDAggerAlgorithm:
     def checkpoint(self) -> None:
         """Buffers first (append-only), then the state that names their counts (atomic swap).
 
-        After a failure nothing: the last good checkpoint stays.
+        After a failure the buffers only (steps received since are not lost): the last good networks stay.
         """
-        if self.failure is not None:
-            return
         self.steps.save(self.ckpt / "steps")
         self.learner.save_buffers(self.ckpt)
-        save_training_state(self.ckpt / "state", self.learner.policy, self.learner.ema, self.learner.optimizer,
-                            self.updates,
-                            {"steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added})
+        if self.failure is None:
+            counts = {"steps": self.steps.total_added, "human_steps": self.learner.interventions.total_added}
+            save_training_state(self.ckpt / "state", self.learner.policy, self.learner.ema, self.learner.optimizer,
+                                self.updates, counts)
 
 
 def latest_policy(weights: Path, timeout: float = 120.0) -> tuple[Policy, int]:
