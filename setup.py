@@ -114,7 +114,7 @@ setup(
         ],
         # foundation-policy: RAPTOR's pretrained quadrotor policy (numpy + h5py), the outside reference that
         # tests/test_quad_raptor.py and benchmarks/quad_hover_compare.py fly in our envs.
-        "dev": ["pytest>=8", "pytest-timeout>=2.2", "ruff>=0.6", "mypy>=1.10", "types-PyYAML",
+        "dev": ["pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6.100", "ruff>=0.6", "mypy>=1.10", "types-PyYAML",
                 "foundation-policy>=1.0"],
         # LeRobot itself needs Python >= 3.12 and torch < 2.12; our format code never imports it.
         "lerobot": ["lerobot>=0.6; python_version >= '3.12'"],
@@ -133,6 +133,11 @@ setup(
         # (the transport Unitree's own SDK uses; its IDL types are declared in robot_rl.hardware), Bitcraze's
         # cflib (CRTP) for the Crazyflie, pymavlink for PX4 (MAVLink 2).
         "hardware": ["cyclonedds>=0.10.5", "cflib>=0.1.28", "pymavlink>=2.4.41"],
+        # The vendors' own clients, the oracles tests/test_vendor_*.py run against our bridges and emulators:
+        # Unitree's SDK2 (C++ with the Cyclone DDS 0.10.2 of Unitree's robots; Python bindings as far-unitree-sdk)
+        # and MAVSDK 4 (its native library in-process). cflib is Bitcraze's own client already (hardware above).
+        "vendor": ["far-unitree-sdk>=0.1.8; python_version < '3.13' and sys_platform == 'linux' and "
+                   "platform_machine in 'x86_64 aarch64'", "mavsdk>=4.1,<5"],
     },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from robot_rl.core.config import load_config, save_config
 from robot_rl.fleet.delivery import Outbox
 from robot_rl.fleet.fleet_status import STATUS_FILE
-from robot_rl.fleet.tcp_transport import TcpActorClient
+from robot_rl.fleet.tcp_actor import TcpActorClient
 from robot_rl.fleet.wire import CONFIG_FILE
 from robot_rl.learners.online_config import OnlineConfig
 

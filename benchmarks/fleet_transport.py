@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from robot_rl.core.transition import Transition
 from robot_rl.core.transition_columns import decode_transitions, encode_transitions
 from robot_rl.fleet.delivery import Outbox
-from robot_rl.fleet.tcp_transport import TcpActorClient, TcpTransitionServer
+from robot_rl.fleet.tcp_actor import TcpActorClient
+from robot_rl.fleet.tcp_transport import TcpTransitionServer
 from robot_rl.fleet.transport import SocketTransitionClient, SocketTransitionServer
 from robot_rl.fleet.wire import pack_weights
 

@@ -39,7 +39,21 @@ constraint=()
 if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   constraint=(-c "$ROOT/requirements/torch-cpu.txt")
 fi
-echo "[setup] installing robot_rl[ros,dev,gpu,fleet,hardware,vla] into $VENV (first run: ~2 min, ~2 GB)"
-"${pip[@]}" install -q "${constraint[@]}" -e "$ROOT[ros,dev,gpu,fleet,hardware,vla]"
+echo "[setup] installing robot_rl[ros,dev,gpu,fleet,hardware,vendor,vla] into $VENV (first run: ~2 min, ~2 GB)"
+"${pip[@]}" install -q "${constraint[@]}" -e "$ROOT[ros,dev,gpu,fleet,hardware,vendor,vla]"
+
+# Bitcraze ships cflib's example scripts only in its source distribution: extract those of the installed
+# version next to the venv, where tests/test_vendor_cflib_examples.py runs them as written (skipped without).
+cflib_version="$("$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('cflib'))")"
+vendor="$VENV/share/robot_rl_vendor"
+if [[ ! -d "$vendor/cflib-$cflib_version/examples" ]]; then
+  mkdir -p "$vendor"
+  if "${pip[@]}" download -q --no-deps --no-binary :all: "cflib==$cflib_version" -d "$vendor" \
+      && tar xzf "$vendor/cflib-$cflib_version.tar.gz" -C "$vendor" "cflib-$cflib_version/examples"; then
+    echo "[setup] cflib $cflib_version examples in $vendor"
+  else
+    echo "[setup] warning: could not fetch cflib's examples; their test will be skipped" >&2
+  fi
+fi
 echo "$want" > "$STAMP"
 echo "[setup] done: $VENV"

@@ -18,3 +18,14 @@ def test_mypy() -> None:
     proc = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary"], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_deprecated_rclpy_warn() -> None:
+    """rclpy's ``logger.warn`` is a deprecation wrapper: every call goes through one call site, and rclpy
+    refuses a throttled and an unthrottled call from the same site (a ValueError that killed a node)."""
+    import re
+
+    offenders = [f"{p.relative_to(REPO)}:{n}" for p in sorted((REPO / "robot_rl").rglob("*.py"))
+                 for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                 if re.search(r"(get_logger\(\)|logger)\.warn\(", line)]
+    assert not offenders, offenders

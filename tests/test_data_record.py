@@ -152,7 +152,7 @@ def test_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     before = _digest(store)
     assert main(["data", "validate", str(store), *common]) == 1
     out = capsys.readouterr().out
-    assert "ISSUE   episode 3, field observation.cam: cannot be read" in out
+    assert f"ISSUE   {store}: episode 3, field observation.cam: cannot be read" in out
     assert _digest(store) == before
     assert main(["data", "info", str(tmp_path / "missing.zarr")]) == 1
     assert "no episode store" in capsys.readouterr().err

@@ -17,11 +17,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from helpers.fuzz import record_fault
+
 from robot_rl.core.config import load_config, save_config
 from robot_rl.core.transition_columns import decode_transitions
 from robot_rl.fleet.delivery import Outbox, read_commit, read_journal, row_digests, transition_digest
 from robot_rl.fleet.fleet_status import format_status, read_status
 from robot_rl.fleet.remote_run import actor_folder
+from robot_rl.fleet.security import PLAINTEXT_ENV
 from robot_rl.fleet.wire import CONFIG_FILE, read_secret
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.online_config import OnlineConfig
@@ -86,6 +89,7 @@ def test_actors_join_over_tls_wrong_secret_is_refused_and_status_reports_them(tm
     try:
         wait_for(lambda: (run / "learner.json").is_file(), 60, "the learner")
         (tmp_path / "wrong.key").write_text((b"x" * 32).hex())
+        (tmp_path / "wrong.key").chmod(0o600)  # a secret readable by others would be refused before connecting
         connect = ["actor", "--connect", f"127.0.0.1:{port}", "--index", "0", "--tls-ca", str(cert)]
         wrong = subprocess.run([sys.executable, "-m", "robot_rl.learners.roles", *connect, "--secret-file",
                                 str(tmp_path / "wrong.key"), "--workdir", str(tmp_path / "w")],
@@ -140,6 +144,9 @@ def test_every_step_is_stored_once_through_a_learner_sigkill_and_a_replaced_acto
         folder = actor_folder(tmp_path / f"a{i}", read_secret(key)) / "outbox" / f"a{i}"
         return read_journal(folder)
 
+    def committed() -> int:
+        return int((read_commit(run / "checkpoint") or {"buffers": {"steps": 0}})["buffers"]["steps"])
+
     actors = [actor(0), actor(1)]
     try:
         wait_for(lambda: len(produced(0)) > 150 and len(produced(1)) > 150, 120, "the actors to stream")
@@ -147,11 +154,14 @@ def test_every_step_is_stored_once_through_a_learner_sigkill_and_a_replaced_acto
                  "a checkpoint with steps")
         learner.kill()  # SIGKILL: whatever it received since its last commit is gone with it
         learner.wait()
+        killed_at, at_kill = time.monotonic(), committed()
         actors[1].kill()  # and a robot dies too
         actors[1].wait()
         time.sleep(1.0)  # actor 0 keeps producing into its outbox while nobody listens
         learner = start(["learner", "--run", str(run)], logs / "learner.log")
         actors[1] = actor(1)  # the replacement: same name, same folder, re-sends what is not acknowledged
+        wait_for(lambda: committed() > at_kill, 180, "the restarted learner to store new steps")
+        recovery = time.monotonic() - killed_at  # kill -> restarted, actors back, new steps checkpointed
         for a in actors:
             assert a.wait(timeout=300) == 0, (logs / "actor_0.log").read_text()[-2000:]
     finally:
@@ -168,3 +178,23 @@ def test_every_step_is_stored_once_through_a_learner_sigkill_and_a_replaced_acto
     assert stored == sent, (sum(stored.values()), sum(sent.values()), len(stored - sent), len(sent - stored))
     assert "resumed from the checkpoint" in (logs / "learner.log").read_text()
     assert os.path.getsize(logs / "learner.log") > 0
+    for fault in ("fleet: learner SIGKILL mid-run (restarted on its port)",
+                  "fleet: actor SIGKILL mid-run (replaced, same name and folder)"):
+        record_fault(fault, happened="restarted", recovery_s=round(recovery, 3), lost="nothing", robot="n/a",
+                     steps=sum(sent.values()))
+
+
+def test_a_learner_off_loopback_needs_tls_or_insecure_and_refuses_a_readable_secret(tmp_path: Path) -> None:
+    run = fleet_run(tmp_path, free_port(), f"fleet.listen=0.0.0.0:{free_port()}")
+    env = {k: v for k, v in os.environ.items() if k != PLAINTEXT_ENV}
+    learner = [sys.executable, "-m", "robot_rl.cli.main", "online", "learner", "--run", str(run)]
+    refused = subprocess.run(learner, env=env, capture_output=True, text=True, timeout=180)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "must be TLS" in refused.stdout and "--insecure" in refused.stdout
+    (run / "STOP").touch()  # opted out, it serves, then stops at once
+    allowed = subprocess.run([*learner, "--insecure"], env=env, capture_output=True, text=True, timeout=180)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "INSECURE" in allowed.stderr and "unencrypted" in allowed.stderr
+    (run / "learner.key").chmod(0o644)
+    readable = subprocess.run([*learner, "--insecure"], env=env, capture_output=True, text=True, timeout=180)
+    assert readable.returncode == 2 and f"chmod 600 {run / 'learner.key'}" in readable.stdout, readable.stdout

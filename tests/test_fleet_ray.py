@@ -77,7 +77,9 @@ def test_a_two_node_ray_cluster_runs_learner_and_actors_on_both_nodes(tmp_path: 
     save_config(cfg, config)
     run = tmp_path / "run"
     driver = subprocess.Popen([sys.executable, "-m", "robot_rl.cli.main", "online", "run", "--ray", address,
-                               "--config", str(config), "--run", str(run)], env=env, stdout=subprocess.PIPE,
+                               "--config", str(config), "--run", str(run),
+                               "--insecure"],  # the nodes reach the learner by the machine's address, no TLS
+                              env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from robot_rl.core.transition import Transition
 from robot_rl.fleet.delivery import Inbox, Outbox
-from robot_rl.fleet.tcp_transport import TcpActorClient, TcpTransitionServer
-from robot_rl.fleet.wire import client_handshake, recv_frame, send_frame
+from robot_rl.fleet.security import PLAINTEXT_ENV, InsecureTransportError, RefusalLimiter
+from robot_rl.fleet.tcp_actor import TcpActorClient
+from robot_rl.fleet.tcp_transport import TcpTransitionServer
+from robot_rl.fleet.wire import AuthError, FrameError, client_handshake, recv_frame, send_frame
 
 KEY = b"k" * 32
 
@@ -20,7 +24,7 @@ ACTOR = """
 import sys, numpy as np
 from robot_rl.core.transition import Transition
 from robot_rl.fleet.delivery import Outbox
-from robot_rl.fleet.tcp_transport import TcpActorClient
+from robot_rl.fleet.tcp_actor import TcpActorClient
 from robot_rl.fleet.wire import AuthError
 port, key, folder = int(sys.argv[1]), bytes.fromhex(sys.argv[2]), sys.argv[3]
 client = TcpActorClient(("127.0.0.1", port), key, "remote", Outbox(folder), info={"task": "reach"})
@@ -123,5 +127,74 @@ def test_a_killed_learner_restarts_from_its_checkpoint_and_gets_every_batch_once
         stored.extend(drain(server, 5))
         assert sorted(int(t.observation["state"][0]) for t in stored) == list(range(9))
         assert server.inbox.duplicates == 0 and client.outbox.acked == 4
+    finally:
+        server.close()
+
+
+def test_plaintext_off_loopback_is_refused_unless_explicitly_allowed_and_then_loudly_warned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv(PLAINTEXT_ENV, raising=False)
+    with pytest.raises(InsecureTransportError, match=r"not a loopback address.*tls_cert.*--insecure"):
+        TcpTransitionServer(KEY, host="0.0.0.0")
+    with pytest.raises(InsecureTransportError, match=r"192\.0\.2\.7"):
+        TcpActorClient(("192.0.2.7", 7450), KEY, "robot", Outbox(tmp_path / "refused"))
+    with pytest.raises(InsecureTransportError):  # a host name is not assumed to be this machine
+        TcpActorClient(("learner.lan", 7450), KEY, "robot", Outbox(tmp_path / "refused"))
+    with caplog.at_level(logging.WARNING, logger="robot_rl.fleet.security"):
+        server = TcpTransitionServer(KEY, host="0.0.0.0", allow_plaintext=True)
+        assert "INSECURE" in caplog.text and "0.0.0.0" in caplog.text
+        caplog.clear()
+        monkeypatch.setenv(PLAINTEXT_ENV, "1")  # the environment's opt-out (what --insecure sets)
+        TcpActorClient(("192.0.2.7", 7450), KEY, "robot", Outbox(tmp_path / "allowed"))
+        assert "INSECURE" in caplog.text and "192.0.2.7" in caplog.text
+    try:  # opted out, it serves (here to an actor on this machine)
+        client = TcpActorClient(("127.0.0.1", server.address[1]), KEY, "local", Outbox(tmp_path / "local"))
+        client.connect()
+        client.send([step(0)])
+        assert len(drain(server, 1)) == 1
+        client.close()
+    finally:
+        server.close()
+
+
+def test_the_refusal_limiter_blocks_after_n_failures_within_the_window_and_forgets_after_the_block() -> None:
+    limiter = RefusalLimiter(max_failures=3, window_s=10.0, block_s=30.0)
+    assert not limiter.failed("10.0.0.5", now=0.0) and not limiter.failed("10.0.0.5", now=5.0)
+    assert not limiter.failed("10.0.0.5", now=20.0)  # the first two fell out of the window: no block
+    assert not limiter.blocked("10.0.0.5", now=21.0)
+    assert not limiter.failed("10.0.0.5", now=22.0)
+    assert limiter.failed("10.0.0.5", now=23.0)  # three within 10 s
+    assert limiter.blocked("10.0.0.5", now=24.0) and limiter.blocked("10.0.0.5", now=52.9)
+    assert not limiter.blocked("10.0.0.6", now=24.0)  # per peer
+    assert limiter.turned_away["10.0.0.5"] == 2
+    assert not limiter.blocked("10.0.0.5", now=53.0)  # the block has passed
+    assert not limiter.failed("10.0.0.5", now=54.0)  # and the count starts afresh
+
+
+def test_a_client_that_keeps_failing_auth_is_turned_away_unserved_until_its_block_passes(tmp_path: Path) -> None:
+    server = TcpTransitionServer(KEY, host="127.0.0.1",
+                                 limiter=RefusalLimiter(max_failures=3, window_s=60.0, block_s=1.5))
+    try:
+        intruder = TcpActorClient(server.address, b"w" * 32, "intruder", Outbox(tmp_path / "w"))
+        for _ in range(3):
+            with pytest.raises(AuthError):
+                intruder.connect(timeout=5)
+        deadline = time.monotonic() + 5
+        while not any("blocking 127.0.0.1" in r for r in server.refused) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        blocked_at = time.monotonic()
+        assert any("after 3 failed handshakes" in r for r in server.refused), server.refused
+        good = TcpActorClient(server.address, KEY, "good", Outbox(tmp_path / "g"))
+        for _ in range(2):  # even the right secret is not heard while the address is blocked
+            with pytest.raises(FrameError):
+                good.connect(timeout=5)
+        assert server.limiter.turned_away["127.0.0.1"] == 2
+        assert sum("unserved" in r for r in server.refused) == 1  # noted once per block, not per connection
+        assert server.num_actors == 0
+        time.sleep(max(0.0, 1.6 - (time.monotonic() - blocked_at)))
+        good.connect(timeout=5)  # the block passed: served again
+        good.send([step(0), step(1)])
+        assert len(drain(server, 2)) == 2
+        good.close()
     finally:
         server.close()

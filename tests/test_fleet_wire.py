@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import ssl
@@ -14,12 +15,15 @@ from typing import Any
 
 import pytest
 
+from robot_rl.fleet.security import InsecureFileError
+from robot_rl.fleet.transport import load_or_create_key
 from robot_rl.fleet.wire import (
     MAGIC,
     PREFIX,
     AuthError,
     FrameError,
     client_handshake,
+    read_secret,
     recv_frame,
     send_frame,
     server_handshake,
@@ -146,3 +150,27 @@ def test_the_handshake_runs_inside_tls(tmp_path: Path) -> None:
     # an actor without the learner's certificate refuses it
     with socket.create_connection(("127.0.0.1", port)) as raw, pytest.raises(ssl.SSLCertVerificationError):
         ssl.create_default_context().wrap_socket(raw, server_hostname="localhost")
+
+
+def test_secret_files_readable_by_others_are_refused_with_the_chmod_to_run(tmp_path: Path) -> None:
+    copy = tmp_path / "robot.key"
+    copy.write_text(KEY.hex())
+    for mode in (0o644, 0o640, 0o604, 0o620):
+        os.chmod(copy, mode)
+        with pytest.raises(InsecureFileError, match=f"chmod 600 {copy}"):
+            read_secret(copy)
+    os.chmod(copy, 0o600)
+    assert read_secret(copy) == KEY
+    run = tmp_path / "run"
+    run.mkdir()
+    key = load_or_create_key(run)
+    assert os.stat(run / "learner.key").st_mode & 0o777 == 0o600  # created private
+    assert load_or_create_key(run) == key
+    os.chmod(run / "learner.key", 0o640)
+    with pytest.raises(InsecureFileError, match="chmod 600"):
+        load_or_create_key(run)
+    tls_key = tmp_path / "learner.pem"
+    tls_key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    os.chmod(tls_key, 0o644)
+    with pytest.raises(InsecureFileError, match="TLS private key"):  # refused before it is even parsed
+        tls_server_context(tmp_path / "learner.crt", tls_key)

@@ -84,6 +84,58 @@ def test_idl_round_trip_sizes_and_wire_codec() -> None:
 
 
 # --- bridge core (simulated clock, emulator physics in-process) ----------------------------------------------
+def test_cyclone_config_discovers_as_cyclone_0_10_does() -> None:
+    """On lo (no IFF_MULTICAST) Cyclone 0.10.x discovers by unicast to 127.0.0.1; elsewhere by multicast."""
+    import xml.etree.ElementTree as ET
+
+    assert not idl.interface_multicast("lo") and idl.interface_ipv4("lo") == "127.0.0.1"
+    lo = ET.fromstring(idl.cyclonedds_config("lo")).find("Domain")
+    assert lo is not None and lo.findtext("General/AllowMulticast") == "false"
+    assert lo.findtext("Discovery/ParticipantIndex") == "auto"
+    assert [p.get("address") for p in lo.iterfind("Discovery/Peers/Peer")] == ["127.0.0.1"]
+    assert lo.find("General/Interfaces/NetworkInterface").get("name") == "lo"  # type: ignore[union-attr]
+    multicast = [name for name in __import__("os").listdir("/sys/class/net") if idl.interface_multicast(name)]
+    for name in multicast[:1]:  # a multicast NIC (the robot's Ethernet): Cyclone's defaults, no peers
+        domain = ET.fromstring(idl.cyclonedds_config(name)).find("Domain")
+        assert domain is not None and domain.find("Discovery") is None
+        assert domain.find("General/AllowMulticast") is None
+    assert "autodetermine" in idl.cyclonedds_config(None)
+
+
+def test_octet_members_are_xtypes_byte_not_uint8() -> None:
+    """Cyclone 0.10.x rejects TK_UINT8 type objects: the octets must announce TK_BYTE, as Unitree's idlc does."""
+    from cyclonedds.idl._typesupport.DDS.XTypes import TK_BYTE, TK_UINT8
+
+    for kind in (idl.LowCmd_, idl.LowState_, idl.MotorCmd_, idl.MotorState_):
+        kind.__idl__.fill_type_data()
+        mapping = str(kind.__idl__.get_type_mapping())
+        assert f"TypeIdentifier[Union]({TK_UINT8}," not in mapping, kind.__name__
+    assert f"TypeIdentifier[Union]({TK_BYTE}," in str(idl.LowCmd_.__idl__.get_type_mapping())
+
+
+def test_emulator_damps_when_commands_stop_and_a_new_one_resumes() -> None:
+    emulator = G1Emulator(EmulatorConfig(command_timeout_s=0.1, idle="limp"))
+    cmd = idl.MotorCommands.zeros()
+    cmd.mode[:29], cmd.kp[:29], cmd.q[:29] = 1, 60.0, 0.5
+    image = idl.lowcmd_image(0, 5, cmd)
+    assert emulator.apply(image)
+    for _ in range(20):  # 0.04 s of physics: the command holds
+        emulator.step()
+    assert emulator.command is not None and emulator.timeouts == 0 and np.any(emulator.torque != 0)
+    for _ in range(50):  # 0.1 s more without a command: dropped, damped (not limp, whatever idle says)
+        emulator.step()
+    assert emulator.command is None and emulator.timed_out and emulator.timeouts == 1
+    dq = emulator.data.qvel[emulator.index.qvel]
+    assert np.abs(dq).max() > 0.01  # still moving: damping has something to act on
+    np.testing.assert_allclose(emulator._motor_pd(), np.clip(-emulator.config.idle_kd * dq, -emulator.effort,
+                                                             emulator.effort), atol=1e-9)
+    assert emulator.apply(image) and not emulator.timed_out
+    emulator.step()
+    assert emulator.command is not None and emulator.timeouts == 1
+    with pytest.raises(ValueError, match="command_timeout_s"):
+        EmulatorConfig(command_timeout_s=-1.0)
+
+
 def _loop(bridge: UnitreeBridge, emulator: G1Emulator, t0: float, seconds: float,
           target: JointTarget | None = None, state: bool = True) -> float:
     """Run bridge + robot for ``seconds`` at 500 Hz from ``t0`` (submitting ``target`` each tick); the end time."""
@@ -193,6 +245,7 @@ def test_estop_and_link_loss_damp_and_recover() -> None:
 rclpy = pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
+from helpers.fuzz import record_fault  # noqa: E402
 from helpers.ros_spin import spin_until  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
@@ -364,7 +417,8 @@ def test_estop_and_link_loss_are_reported_and_recovered(graph: tuple[LaunchedGra
     running.kill("emulator")  # the robot drops off the network (the launch file respawns it after 1 s)
     killed = time.monotonic()
     assert probe.spin(3, until=lambda: probe.mode() == "link_lost"), probe.diag[-3:]
-    lost_at = next(t for t, m in probe.diag if m.startswith("link_lost"))
+    # this kill's report, not an earlier link loss of the same graph (it gave a negative time before)
+    lost_at = next(t for t, m in probe.diag if m.startswith("link_lost") and t >= killed)
     assert lost_at - killed < 0.5
     n = len(probe.lowcmd)
     probe.spin(0.3)
@@ -375,3 +429,8 @@ def test_estop_and_link_loss_are_reported_and_recovered(graph: tuple[LaunchedGra
     assert probe.spin(5, until=lambda: probe.call(probe.reset).success)
     assert probe.spin(5, until=lambda: probe.mode() in ("ramping", "hold")), probe.diag[-3:]
     assert running.is_running("emulator") and running.is_running("unitree_bridge")
+    record_fault("unitree emulator: SIGKILL mid-run", happened=f"bridge reported link_lost after "
+                 f"{lost_at - killed:.2f} s and kept commanding damping; the respawned robot re-linked and, after a "
+                 "safety reset, the bridge ramped in again", recovery_s=round(probe.diag[-1][0] - killed, 3),
+                 lost="nothing",
+                 robot="damped, then ramped in", link_lost_after_s=round(lost_at - killed, 3))

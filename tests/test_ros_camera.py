@@ -129,3 +129,22 @@ def test_image_conversions_reject_malformed_messages() -> None:
     bad.data = b"not a jpeg"
     with pytest.raises(SpecError, match="cannot decode"):
         compressed_image_from_msg(bad)
+
+
+def test_malformed_png_is_refused_before_opencv_decodes_it() -> None:
+    """A 57-byte PNG with no IDAT whose IEND claims 3.8 GB cost OpenCV 3-4 s of CPU per frame (the reliability
+    drill found it); chunks with a bad CRC are refused too, a well-formed PNG still decodes."""
+    from robot_rl.core.spaces import SpecError
+
+    slow = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000eb000000070802000000a9ecdbfd0000000049444754"
+                         "35af061ee400000049454e44ae426082")
+    ok, png = cv2.imencode(".png", np.full((5, 7, 3), 200, np.uint8))
+    good = png.tobytes()
+    flipped = bytearray(good)
+    flipped[40] ^= 0x01  # inside IDAT: its CRC no longer matches
+    for data in (slow, bytes(flipped), good[:-12]):  # no IEND
+        t0 = time.thread_time()
+        with pytest.raises(SpecError, match="malformed PNG"):
+            compressed_image_from_msg(CompressedImage(format="png", data=data))
+        assert time.thread_time() - t0 < 0.05
+    assert ok and compressed_image_from_msg(CompressedImage(format="png", data=good)).shape == (5, 7, 3)

@@ -61,6 +61,7 @@ def test_policy_node_runs_a_residual_on_its_base_and_swaps_in_the_learners_versi
     (tmp_path / "run").mkdir()
     key = load_or_create_key(tmp_path / "run")  # the learner keeps it; a robot gets a copy
     (tmp_path / "robot.key").write_text(key.hex())
+    (tmp_path / "robot.key").chmod(0o600)  # secret files readable by others are refused
     config = {**CONFIG, "fleet": {"listen": f"127.0.0.1:{port}"}}
     description, run = online_graph(tmp_path, ckpt, config, learner_connect=f"127.0.0.1:{port}",
                                     learner_secret_file=str(tmp_path / "robot.key"),

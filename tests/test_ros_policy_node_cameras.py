@@ -77,9 +77,15 @@ def test_policy_node_acts_on_compressed_frames_of_another_size(tmp_path: Path) -
             corrupt = True
             refusal = "skipping wrist/image_raw/compressed: compressed image: cannot decode"
             assert spin(10, until=lambda: refusal in graph.log("policy")), graph.log("policy")
+            # the last good wrist frame goes stale: after camera_timeout_s (1 s) the node holds, saying why
+            assert spin(10, until=lambda: "holding: image_wrist silent for" in graph.log("policy")), \
+                graph.log("policy")[-2000:]
+            spin(0.3)
             n = len(targets)
             spin(1.0)
-            assert len(targets) > n + 3 and graph.is_running("policy")  # acting on the last good wrist frame
+            assert len(targets) == n and graph.is_running("policy")  # nothing acted on the stale frame
+            corrupt = False
+            assert spin(10, until=lambda: len(targets) > n + 3), graph.log("policy")[-2000:]  # frames back: acting
         finally:
             node.destroy_node()
             rclpy.shutdown()

@@ -22,7 +22,7 @@ class FakeLogger:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def warn(self, text: str) -> None:
+    def warning(self, text: str) -> None:
         self.lines.append(text)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -20,29 +21,36 @@ from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
 
 pytestmark = pytest.mark.ros
+ARM_AFTER_S = 2.0
+"""SafetyNodeConfig.arm_after_s's default: how long a topic must have been alive before its silence latches."""
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
-def test_estop_reset_and_stale_topic(tmp_path: Path) -> None:
+def safety_launch_file(tmp_path: Path, diagnostics_hz: float) -> Path:
+    """A launch file of the safety node alone, watching joint_states with a 0.3 s max age."""
     path = tmp_path / "safety.launch.yaml"
-    path.write_text("""
+    path.write_text(f"""
 launch:
 - node:
     pkg: robot_rl
     exec: safety_node
     name: safety
     param:
-    - {name: max_age_s, value: [0.3]}
-    - {name: diagnostics_hz, value: 5.0}
+    - {{name: max_age_s, value: [0.3]}}
+    - {{name: diagnostics_hz, value: {diagnostics_hz}}}
 """)
+    return path
+
+
+def test_estop_reset_and_stale_topic(tmp_path: Path) -> None:
+    path = safety_launch_file(tmp_path, diagnostics_hz=5.0)
     estop: list[bool] = []
     diags: list[DiagnosticArray] = []
     with launch(load_launch_file(path)) as graph:
         rclpy.init()
         node = rclpy.create_node("safety_test")
         try:
-            latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
-            node.create_subscription(Bool, "/safety/estop", lambda m: estop.append(m.data), latched)
+            node.create_subscription(Bool, "/safety/estop", lambda m: estop.append(m.data), LATCHED)
             node.create_subscription(DiagnosticArray, "/diagnostics", diags.append, 10)
             js = node.create_publisher(JointState, "/joint_states", 10)
             stop_client = node.create_client(Trigger, "/safety/estop")
@@ -72,6 +80,17 @@ launch:
             assert status["robot_rl/topic/joint_states"].level == DiagnosticStatus.OK
             assert call(reset_client).success and spin_until(lambda: estop[-1] is False)
 
+            # The safety node itself starved for 1 s (SIGSTOP) while the topic stayed alive: no e-stop.
+            spin_until(lambda: False, timeout=ARM_AFTER_S)
+            graph.kill("safety", signal.SIGSTOP)
+            try:
+                spin_until(lambda: False, timeout=1.0)
+            finally:
+                graph.kill("safety", signal.SIGCONT)
+            spin_until(lambda: False, timeout=0.5)
+            assert estop[-1] is False, graph.log("safety")
+            assert "this node was starved" in graph.log("safety")
+
             publishing[0] = False  # the joint-state driver "crashes"
             t0 = time.monotonic()
             assert spin_until(lambda: estop[-1] is True, timeout=5)
@@ -79,6 +98,49 @@ launch:
             refused = call(reset_client)
             assert not refused.success and "stale" in refused.message
             assert "stale topic(s): joint_states" in graph.log("safety")
+        finally:
+            node.destroy_node()
+            rclpy.shutdown()
+
+
+def test_a_topic_that_stalls_at_bring_up_does_not_latch_the_estop(tmp_path: Path) -> None:
+    """A driver that stalls in its first seconds (a loaded machine starting a graph) holds, not e-stops;
+    once it has been alive for arm_after_s, the same stall latches the e-stop."""
+    path = safety_launch_file(tmp_path, diagnostics_hz=10.0)
+    estop: list[bool] = []
+    topic_status: list[str] = []
+    with launch(load_launch_file(path)) as graph:
+        rclpy.init()
+        node = rclpy.create_node("safety_bring_up_test")
+        try:
+            node.create_subscription(Bool, "/safety/estop", lambda m: estop.append(m.data), LATCHED)
+            node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: topic_status.extend(
+                s.message for s in m.status if s.name == "robot_rl/topic/joint_states"), 10)
+            js = node.create_publisher(JointState, "/joint_states", 10)
+
+            def run(seconds: float, publish: bool) -> None:
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    if publish:
+                        js.publish(joint_state_to_msg(["j1"], np.zeros(1), stamp_ns=time.time_ns()))
+                    rclpy.spin_once(node, timeout_sec=0.02)
+
+            deadline = time.monotonic() + 20
+            while not (estop and topic_status) and time.monotonic() < deadline:
+                run(0.05, publish=False)
+            assert estop == [False] and topic_status[-1] == "no message yet", graph.log("safety")
+            run(0.5, publish=True)  # alive for 0.5 s ...
+            assert topic_status[-1] == "starting"
+            run(1.0, publish=False)  # ... then a 1 s stall (> max_age 0.3 s)
+            assert estop[-1] is False and topic_status[-1] == "stale", graph.log("safety")
+            assert "went silent during bring-up" in graph.log("safety")
+            run(ARM_AFTER_S + 0.5, publish=True)  # alive long enough: armed
+            assert estop[-1] is False and topic_status[-1] == "alive"
+            stalled = time.monotonic()
+            deadline = stalled + 5
+            while not estop[-1] and time.monotonic() < deadline:
+                run(0.02, publish=False)
+            assert estop[-1] is True and time.monotonic() - stalled < 1.0, graph.log("safety")
         finally:
             node.destroy_node()
             rclpy.shutdown()

@@ -116,9 +116,14 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 def _indices(text: str | None, total: int, limit: int | None = None) -> list[int]:
+    from robot_rl.data.schema import DatasetError
+
     if not text:
         return list(range(total if limit is None else min(total, limit)))
-    return [int(x) for x in text.split(",") if x.strip()]
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise DatasetError(f"--episodes: expected comma-separated episode indices, got {text!r}") from None
 
 
 def _int_list(text: str) -> list[int]:
@@ -141,8 +146,12 @@ def _record(args: argparse.Namespace) -> int:
     from robot_rl.data.recorder import record
     from robot_rl.data.store import EpisodeStore
 
-    for module in args.imports:
-        importlib.import_module(module)
+    try:
+        for module in args.imports:
+            importlib.import_module(module)
+    except (ImportError, ValueError) as exc:  # ValueError: an empty or relative module name
+        print(f"robot-rl data record: error: --import: {exc}")
+        return 2
     try:
         overrides: dict[str, Any] = env_overrides(args.override)
     except ValueError as exc:
@@ -152,7 +161,11 @@ def _record(args: argparse.Namespace) -> int:
         overrides["cameras"] = tuple(c.strip() for c in args.cameras.split(",") if c.strip())
     if args.image_size:
         overrides["image_size"] = tuple(args.image_size)
-    env = gym.make(args.env, **overrides)
+    try:
+        env = gym.make(args.env, **overrides)
+    except (gym.error.Error, ValueError, TypeError) as exc:  # an unknown or malformed env id, a bad override
+        print(f"robot-rl data record: error: --env {args.env}: {exc}")
+        return 2
     source = f"gymnasium:{args.env} expert:{args.expert}"
     if args.action_noise != 0:  # ActionNoise refuses a negative or non-finite sigma
         from robot_rl.data.action_noise import ActionNoise

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -27,11 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Resolve the file, start the processes, wait for Ctrl-C or for the graph to end."""
+    import yaml
+
     from robot_rl.ros.isolation import isolated_ros_env
     from robot_rl.ros.launch_processes import LaunchedGraph
     from robot_rl.ros.launch_yaml import load_launch_file, parse_launch_arguments
 
-    description = load_launch_file(args.file, parse_launch_arguments(args.arguments))
+    try:  # LaunchError is a ValueError; a file that is not UTF-8 YAML fails in the parser
+        description = load_launch_file(args.file, parse_launch_arguments(args.arguments))
+    except (ValueError, yaml.YAMLError) as exc:
+        print(f"robot-rl launch: error: {args.file}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     if args.print:
         for name, value in description.arguments.items():
             print(f"arg {name} = {value}")

@@ -7,6 +7,10 @@
     robot-rl online run --ray auto --config ... --run runs/fleet   # learner + actors placed on a Ray cluster
     robot-rl online status runs/online               # actors, learner, interventions (also in TensorBoard)
 
+TCP between machines must be TLS (``fleet.tls_cert``/``fleet.tls_key`` on the learner, ``--tls-ca`` on an
+actor); ``--insecure`` (or ``ROBOT_RL_ALLOW_PLAINTEXT=1``) allows plaintext on a non-loopback address, with a
+warning. The secret file and the TLS key must be readable by their owner only (``chmod 600``).
+
 ``run`` writes the config into the run folder and starts the others as child processes. The learner
 checkpoints into the run folder, so ``robot-rl online learner --run ...`` after a crash resumes with its
 buffers; actors keep running while it is away and reconnect. ``learner.algorithm`` picks what is learnt:
@@ -18,6 +22,7 @@ online_quad_residual.yaml), ``rlpd`` (online_pick_lift_rlpd.yaml, no policy: --d
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run the learner and the actors as Ray actors on a cluster (ADDRESS: 'auto' for the one "
                           "running here, host:6379, or nothing to start a local one; needs robot_rl[fleet])")
     add_role_parsers(sub)
+    for role in (run, sub.choices["learner"], sub.choices["actor"]):
+        role.add_argument("--insecure", action="store_true",
+                          help="allow plaintext TCP on a non-loopback address (no TLS): robot data and weights cross "
+                               "the network unencrypted; logged as a warning")
     status = sub.add_parser("status", help="actors, learner and interventions of a running (or finished) run")
     status.add_argument("run_folder", metavar="RUN", help="the run folder the learner writes to")
 
@@ -57,10 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Dispatch to the role (the learner and actor roles are the core's, in robot_rl.learners.roles)."""
     from robot_rl.core.config import ConfigError, load_config
+    from robot_rl.fleet.security import PLAINTEXT_ENV
     from robot_rl.fleet.wire import AuthError
     from robot_rl.learners.online_config import OnlineConfig, default_config_path
     from robot_rl.learners.roles import exit_with_parent, run_role
 
+    if getattr(args, "insecure", False):  # read by the TCP transport here and in every process started from here
+        os.environ[PLAINTEXT_ENV] = "1"
     try:
         if args.role == "run":
             cfg = load_config(OnlineConfig, args.config or default_config_path(), args.overrides)

@@ -80,5 +80,8 @@ def env_overrides(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--override {item!r}: expected KEY=VALUE")
-        overrides[key.strip()] = yaml.safe_load(value)
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:  # e.g. randomization={ : refused like a malformed item
+            raise ValueError(f"--override {item!r}: the value is not YAML ({' '.join(str(exc).split())})") from None
     return overrides

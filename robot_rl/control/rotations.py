@@ -47,6 +47,13 @@ def mat_yaw(rot: np.ndarray) -> float:
     return float(np.arctan2(r[1, 0], r[0, 0]))
 
 
+def heading_planar(rot: np.ndarray, v_world: np.ndarray) -> np.ndarray:
+    """A world-frame vector's (x, y) in the heading frame of ``rot`` (rotated by -yaw): a walker's vx, vy."""
+    h = mat_yaw(rot)
+    c, s = np.cos(h), np.sin(h)
+    return np.array([c * v_world[0] + s * v_world[1], -s * v_world[0] + c * v_world[1]])
+
+
 def quat_slerp(a: np.ndarray, b: np.ndarray, alpha: float) -> np.ndarray:
     """Spherical interpolation ``alpha`` of the way from ``a`` to ``b`` (short arc, either sign of ``b``)."""
     q = quat_normalize(a)

@@ -41,8 +41,14 @@ class Watchdog:
         return self.last is not None
 
     def age(self, now: float) -> float:
-        """Seconds since the last feed (inf if never fed)."""
-        return math.inf if self.last is None else now - self.last
+        """Seconds since the last feed: inf if never fed, or if the clock jumped back past the last feed.
+
+        A sim clock reset (more than the timeout back) must not keep a stale stream looking fresh until it
+        catches up; a smaller step back counts as age 0.
+        """
+        if self.last is None or now < self.last - self.timeout:
+            return math.inf
+        return max(0.0, now - self.last)
 
     def stale(self, now: float) -> bool:
         """Silent for longer than the timeout, or never heard from."""

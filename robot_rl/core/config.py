@@ -50,10 +50,43 @@ def load_config(cls: type[T], source: str | Path | Mapping[str, Any] | None = No
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, yaml.YAMLError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise ConfigError(f"{path}: not valid UTF-8 YAML ({type(exc).__name__}: {first})") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level, got {type(loaded).__name__}")
+        _check_size(loaded, path)
         data = loaded or {}
+        try:
+            return _build(cls, _apply_overrides(data, overrides), prefix="")
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    return _build(cls, _apply_overrides(data, overrides), prefix="")
+
+
+MAX_NODES = 100_000
+"""Most values a config file may expand to: YAML aliases can make a few lines mean billions of values."""
+
+
+def _check_size(loaded: Any, path: Path) -> None:
+    """Refuse a document whose aliases expand past :data:`MAX_NODES` values (or refer to themselves)."""
+    stack, seen = [loaded], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise ConfigError(f"{path}: more than {MAX_NODES} values once aliases are expanded "
+                              "(an alias bomb or a self-referencing alias)")
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``data`` with ``key.sub=value`` overrides applied (values parsed as YAML scalars)."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -65,7 +98,7 @@ def load_config(cls: type[T], source: str | Path | Mapping[str, Any] | None = No
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is not a section")
         node[leaf] = yaml.safe_load(raw)
-    return _build(cls, data, prefix="")
+    return data
 
 
 def config_to_dict(cfg: Any) -> Any:
@@ -111,7 +144,7 @@ def _build(cls: type[T], data: Any, prefix: str) -> T:
         raise ConfigError(f"{prefix or 'config'}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(known))
+    unknown = sorted(set(data) - set(known), key=repr)  # YAML keys may be numbers, None, ...
     if unknown:
         raise ConfigError(f"{prefix or cls.__name__}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
     kwargs = {name: _convert(hints[name], value, f"{prefix}{name}") for name, value in data.items()}
@@ -162,7 +195,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
         vt = args[1] if len(args) == 2 else Any
-        return {k: _convert(vt, v, f"{key}.{k}") for k, v in value.items()}
+        return {k: _convert(vt, v, f"{key}.{k if isinstance(k, str) and k.isprintable() else repr(k)}")
+                for k, v in value.items()}
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")

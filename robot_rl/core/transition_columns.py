@@ -82,9 +82,9 @@ def check_columns(cols: dict[str, np.ndarray]) -> list[str]:
     extra = [k for k in cols if k.startswith("next_obs.") and k[9:] not in keys]
     if extra or any(f"next_obs.{k}" not in cols for k in keys):
         raise SpecError(f"transition columns: observation and next_observation fields differ ({extra})")
-    n = len(cols["action"])
+    n = len(cols["action"]) if np.ndim(cols["action"]) else -1  # a scalar is no column (len() would raise)
     for name, col in cols.items():
-        if not isinstance(col, np.ndarray) or len(col) != n:
+        if not isinstance(col, np.ndarray) or not col.ndim or len(col) != n:
             raise SpecError(f"{name}: expected {n} rows")
         if col.dtype.kind not in "biuf":
             raise SpecError(f"{name}: expected a numeric or bool array, got dtype {col.dtype.name}")

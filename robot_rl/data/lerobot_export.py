@@ -96,16 +96,20 @@ def export_lerobot(store: EpisodeStore, out: str | Path, episodes: Sequence[int]
                    repo_id: str = "local/robot_rl") -> Path:
     """Write ``store`` (or some ``episodes`` of it) as a LeRobot v3.0 dataset at ``out``; returns ``out``."""
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise DatasetError(f"{out}: exists and is not empty; pass overwrite=True to replace it")
-        shutil.rmtree(out)
+    replace = out.exists() and any(out.iterdir())
+    if replace and not overwrite:
+        raise DatasetError(f"{out}: exists and is not empty; pass overwrite=True to replace it")
     if store.schema is None or store.num_episodes == 0:
         raise DatasetError(f"{store.path}: no episodes to export")
     fps = round(store.info.fps)
     if abs(fps - store.info.fps) > 1e-6:
         raise DatasetError(f"{store.path}: LeRobot needs an integer fps, the store has {store.info.fps}")
-    enc_name, codec, _ = pick_encoder(encoder)
+    try:
+        enc_name, codec, _ = pick_encoder(encoder)
+    except RuntimeError as exc:  # an unknown --encoder name: refused before anything is replaced
+        raise DatasetError(f"{store.path}: {exc}") from None
+    if replace:  # only once the export is known to start: a refusal keeps the old export
+        shutil.rmtree(out)
     selected = list(range(store.num_episodes)) if episodes is None else list(episodes)
     proposed = tuple(name for name in ("policy_action", "base_action") if _ever_set(store, name, selected))
     feats = lerobot_features(store, fps, codec, proposed)

@@ -12,6 +12,7 @@ its own observation again and ``next_obs_stamp = obs_stamp + 1/fps``.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,16 +31,48 @@ from robot_rl.data.video import read_video
 _BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
 
 
+_MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, OSError, EOFError, pa.ArrowException)
+"""What reading a corrupt or hostile dataset raises (pyarrow, PyAV, json fields of the wrong type)."""
+
+
 def import_lerobot(src: str | Path, dest: str | Path, default_source: str = "human",
                    progress: bool = True) -> EpisodeStore:
-    """Read the LeRobot v3.0 dataset at ``src`` into a new episode store at ``dest`` (returned open)."""
-    src = Path(src)
+    """Read the LeRobot v3.0 dataset at ``src`` into a new episode store at ``dest`` (returned open).
+
+    Any problem is one DatasetError naming ``src``; a refused import leaves no store at ``dest``.
+    """
+    src, dest = Path(src), Path(dest)
+    if dest.exists():
+        raise DatasetError(f"{src}: cannot import into {dest}: it already exists")
+    try:
+        return _import(src, dest, default_source, progress)
+    except BaseException as exc:
+        shutil.rmtree(dest, ignore_errors=True)  # only _import created it: nothing stored before is lost
+        if isinstance(exc, DatasetError) and str(src) in str(exc):
+            raise
+        if isinstance(exc, _MALFORMED):
+            text = " ".join(str(exc).split())[:300]
+            what = "" if isinstance(exc, DatasetError) else f"malformed dataset ({type(exc).__name__}) "
+            raise DatasetError(f"{src}: {what}{text}") from exc
+        raise
+
+
+def _import(src: Path, dest: Path, default_source: str, progress: bool) -> EpisodeStore:
     info = _read_json(src / "meta" / "info.json")
     version = str(info.get("codebase_version", "?"))
     if not version.startswith("v3"):
         raise DatasetError(f"{src}: codebase_version {version!r} is not v3.x; convert it with LeRobot first")
-    fps = float(info["fps"])
-    features: dict[str, dict[str, Any]] = info["features"]
+    fps = info.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (np.isfinite(fps) and fps > 0):
+        raise DatasetError(f"{src}: meta/info.json fps must be a positive number, got {fps!r}")
+    fps = float(fps)
+    features: dict[str, dict[str, Any]] = info.get("features")  # type: ignore[assignment]
+    if not isinstance(features, dict) or not all(isinstance(v, dict) and isinstance(v.get("dtype"), str)
+                                                 for v in features.values()):
+        raise DatasetError(f"{src}: meta/info.json features must map names to {{dtype, shape}} objects")
+    for key in ("data_path", *(("video_path",) if any(v["dtype"] == "video" for v in features.values()) else ())):
+        if not isinstance(info.get(key), str):
+            raise DatasetError(f"{src}: meta/info.json {key} must be a path template, got {info.get(key)!r}")
     ours = _read_json(src / "meta" / "robot_rl.json") if (src / "meta" / "robot_rl.json").is_file() else {}
     tasks = _read_tasks(src / "meta" / "tasks.parquet")
     episodes = pq.read_table(src / "meta" / "episodes").to_pylist() if (src / "meta" / "episodes").is_dir() else []
@@ -61,6 +94,8 @@ def import_lerobot(src: str | Path, dest: str | Path, default_source: str = "hum
         ep = int(row["episode_index"])
         data_path = src / info["data_path"].format(chunk_index=row["data/chunk_index"],
                                                    file_index=row["data/file_index"])
+        if src.resolve() not in data_path.resolve().parents:
+            raise DatasetError(f"{src}: data path {data_path} is outside the dataset")
         if data_path not in tables:
             tables.clear()  # one data file in memory at a time
             tables[data_path] = _read_columns(data_path)
@@ -72,6 +107,8 @@ def import_lerobot(src: str | Path, dest: str | Path, default_source: str = "hum
         frames = {k: v[mask] for k, v in cols.items()}
         order = np.argsort(frames["frame_index"])
         frames = {k: v[order] for k, v in frames.items()}
+        if not np.array_equal(frames["frame_index"], np.arange(n)):
+            raise DatasetError(f"episode {ep}, field frame_index: not 0..{n - 1}")
         images = {c: _episode_images(src, info, row, c, n, fps, features[IMAGE_PREFIX + c], frames)
                   for c in cameras}
         task = str(row["tasks"][0]) if row.get("tasks") else (tasks[int(frames["task_index"][0])] if tasks else "")
@@ -93,12 +130,17 @@ def _transitions(frames: Mapping[str, np.ndarray], images: Mapping[str, np.ndarr
     obs_cols.update(images)
     if not obs_cols:
         raise DatasetError(f"episode {episode_id}: no observation.* features to import")
-    stamps = frames.get("complementary_info.obs_stamp", frames["timestamp"].astype(np.float64))
+    stamps = frames.get("complementary_info.obs_stamp", frames["timestamp"]).astype(np.float64).reshape(n)
     next_stamps = frames.get("complementary_info.next_obs_stamp", np.append(stamps[1:], stamps[-1] + 1.0 / fps))
-    done = frames.get("next.done", np.zeros(n, bool)).astype(bool)
-    truncated = frames.get("next.truncated", np.zeros(n, bool)).astype(bool)
+    next_stamps = np.asarray(next_stamps, np.float64).reshape(n)
+    if not (np.all(np.isfinite(stamps)) and np.all(np.diff(stamps) >= 0) and np.all(next_stamps >= stamps)):
+        raise DatasetError(f"episode {episode_id}, field timestamp: not finite and non-decreasing")
+    done = frames.get("next.done", np.zeros(n, bool)).astype(bool).reshape(n)
+    truncated = frames.get("next.truncated", np.zeros(n, bool)).astype(bool).reshape(n)
     if "next.done" not in frames:
         truncated = np.arange(n) == n - 1
+    if np.any((done | truncated)[:-1]):
+        raise DatasetError(f"episode {episode_id}, field next.done: set before the last frame")
     terminated = done & ~truncated
     intervention = frames.get("complementary_info.is_intervention", frames.get("intervention", np.zeros(n, bool)))
     intervention = np.asarray(intervention).astype(bool).reshape(n)
@@ -152,6 +194,8 @@ def _state_splitter(feature: Mapping[str, Any] | None,
             fields = [("state", (width,))]
 
     def split(values: np.ndarray) -> dict[str, np.ndarray]:
+        if values.ndim != 2:
+            raise DatasetError(f"field observation.state: expected a list column, got shape {values.shape}")
         out, col = {}, 0
         for name, shape in fields:
             size = int(np.prod(shape))

@@ -12,6 +12,7 @@ bag's receive time), or always from the receive time with ``stamp: receive``.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -25,6 +26,8 @@ from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.data.schema import DatasetError, DatasetInfo
 from robot_rl.data.store import EpisodeStore
 
+MAX_SAMPLES = 10_000_000
+"""Most grid times one import resamples onto (a 10 Hz grid of 11 days): bounds memory on hostile stamps."""
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 
 
@@ -102,21 +105,33 @@ def import_bag(bag: str | Path, dest: str | Path | EpisodeStore, mapping: BagMap
     for name in ("action", "reward"):
         if name in series:
             features[name] = series[name]
-    grid, values, valid, report = resample(features, mapping.fps, mapping.tolerance_s)
+    try:
+        grid, values, valid, report = resample(features, mapping.fps, mapping.tolerance_s)
+    except DatasetError as exc:
+        raise DatasetError(f"{bag}: {exc}") from exc
     if "action" not in values:
         values["action"] = [np.zeros(1, np.float32)] * len(grid)
     info = DatasetInfo(robot=mapping.robot, fps=mapping.fps, task=mapping.task, source=f"rosbag2:{bag}")
     owned = not isinstance(dest, EpisodeStore)
+    created = owned and not Path(dest).exists()  # type: ignore[arg-type]
     store = dest if isinstance(dest, EpisodeStore) else (
-        EpisodeStore.open(dest, "a") if Path(dest).exists() else EpisodeStore.create(dest, info))
+        EpisodeStore.create(dest, info) if created else EpisodeStore.open(dest, "a"))
     try:
         for start, stop in _runs(valid):
             steps = stop - start - 1  # the last grid time only provides the final next_observation
             if steps < mapping.min_steps:
                 report.dropped_samples += stop - start
                 continue
-            _write_run(store, mapping, grid, values, start, steps)
+            try:
+                _write_run(store, mapping, grid, values, start, steps)
+            except ValueError as exc:  # DatasetError, SpecError: the store refused a step
+                raise DatasetError(f"{bag}: {exc}") from exc
             report.episodes.append(steps)
+    except BaseException:
+        if created:  # a refused import leaves no half-written new store behind
+            store.close()
+            shutil.rmtree(dest, ignore_errors=True)  # type: ignore[arg-type]
+        raise
     finally:
         if owned:
             store.close()
@@ -158,7 +173,7 @@ def read_series(bag: str | Path, mapping: BagMapping, progress: bool = False) ->
         reader_cm = AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE))
         reader = reader_cm.__enter__()
     except Exception as exc:
-        raise DatasetError(f"{bag}: cannot open as a rosbag2 ({type(exc).__name__}: {exc})") from exc
+        raise DatasetError(f"{bag}: cannot open as a rosbag2 ({type(exc).__name__}: {_line(exc)})") from exc
     try:
         topics = {c.topic: c for c in reader.connections}
         missing = sorted({s.topic for s in sources.values()} - set(topics))
@@ -169,9 +184,17 @@ def read_series(bag: str | Path, mapping: BagMapping, progress: bool = False) ->
         for name, src in sources.items():
             by_topic.setdefault(src.topic, []).append(name)
         total = sum(c.msgcount for c in wanted)
-        for conn, receive_ns, raw in tqdm(reader.messages(connections=wanted), total=total, desc="bag",
-                                          unit="msg", disable=not progress):
-            msg = reader.deserialize(raw, conn.msgtype)
+        messages = iter(tqdm(reader.messages(connections=wanted), total=total, desc="bag", unit="msg",
+                             disable=not progress))
+        while True:
+            try:  # a corrupt bag fails inside rosbags (reading or deserializing) with any exception type
+                item = next(messages, None)
+                if item is None:
+                    break
+                conn, receive_ns, raw = item
+                msg = reader.deserialize(raw, conn.msgtype)
+            except Exception as exc:
+                raise DatasetError(f"{bag}: corrupt message ({type(exc).__name__}: {_line(exc)})") from exc
             header = getattr(msg, "header", None)
             if mapping.stamp == "header" and header is not None:
                 stamp = header.stamp.sec + header.stamp.nanosec * 1e-9
@@ -179,10 +202,17 @@ def read_series(bag: str | Path, mapping: BagMapping, progress: bool = False) ->
                 stamp = receive_ns * 1e-9
             for name in by_topic[conn.topic]:
                 src = sources[name]
-                value = decode_image(msg, conn.msgtype, name) if conn.msgtype in IMAGE_TYPES else \
-                    extract_field(msg, src, name)
+                try:
+                    value = decode_image(msg, conn.msgtype, name) if conn.msgtype in IMAGE_TYPES else \
+                        extract_field(msg, src, name)
+                except DatasetError as exc:
+                    raise DatasetError(f"{bag}: {exc}") from exc
                 out[name][0].append(stamp)
                 out[name][1].append(value)
+    except DatasetError:
+        raise
+    except Exception as exc:  # rosbags' own reader errors on a corrupt index or chunk
+        raise DatasetError(f"{bag}: corrupt bag ({type(exc).__name__}: {_line(exc)})") from exc
     finally:
         reader_cm.__exit__(None, None, None)
     result = {}
@@ -198,11 +228,17 @@ def resample(features: dict[str, tuple[np.ndarray, list]], fps: float,
              tolerance_s: float) -> tuple[np.ndarray, dict[str, list], np.ndarray, BagImportReport]:
     """Zero-order hold onto ``t_0 + k / fps``; returns grid, values per feature, validity mask, report."""
     start = max(float(t[0]) for t, _ in features.values())
-    end = min(float(t[-1]) for t, _ in features.values()) + tolerance_s
+    # held up to the tolerance past the first feature to end, but never past the bag's last message
+    first_end = min(float(t[-1]) for t, _ in features.values())
+    end = min(first_end + tolerance_s, max(float(t[-1]) for t, _ in features.values()))
     if end < start:
         raise DatasetError(f"the mapped topics do not overlap in time (latest start {start:.3f} s, "
-                           f"earliest end {end - tolerance_s:.3f} s)")
-    grid = start + np.arange(int(np.floor((end - start) * fps + 1e-9)) + 1) / fps
+                           f"earliest end {first_end:.3f} s)")
+    samples = np.floor((end - start) * fps + 1e-9) + 1
+    if not samples <= MAX_SAMPLES:  # hostile stamps (or fps) would allocate a grid of billions
+        raise DatasetError(f"the mapped topics span {end - start:.6g} s: {samples:.3g} samples at {fps} Hz "
+                           f"(more than {MAX_SAMPLES}); check the stamps (or use stamp: receive) and fps")
+    grid = start + np.arange(int(samples)) / fps
     valid = np.ones(len(grid), dtype=bool)
     values: dict[str, list] = {}
     report = BagImportReport(samples=len(grid))
@@ -230,15 +266,25 @@ def extract_field(msg: Any, src: TopicField, name: str) -> np.ndarray:
         missing = [j for j in src.joints if j not in names]
         if missing:
             raise DatasetError(f"feature {name}: joints {missing} not in {src.topic} (it has {names})")
+        if len(value) != len(names):
+            raise DatasetError(f"feature {name}: {src.topic} field {src.field!r} has {len(value)} values for "
+                               f"{len(names)} joint names")
         value = np.asarray(value)[[names.index(j) for j in src.joints]]
     if hasattr(value, "x") and hasattr(value, "y"):
         value = [getattr(value, a) for a in ("x", "y", "z", "w") if hasattr(value, a)]
-    arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    try:
+        arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise DatasetError(f"feature {name}: field {src.field!r} of {src.topic} is not numeric") from None
     if arr.size == 0:
         raise DatasetError(f"feature {name}: field {src.field!r} of {src.topic} is empty")
     if not np.all(np.isfinite(arr)):
         raise DatasetError(f"feature {name}: non-finite value in {src.topic} field {src.field!r}")
-    return arr.astype(np.float32)
+    with np.errstate(over="ignore"):
+        out = arr.astype(np.float32)
+    if not np.all(np.isfinite(out)):
+        raise DatasetError(f"feature {name}: value beyond float32 range in {src.topic} field {src.field!r}")
+    return out
 
 
 def decode_image(msg: Any, msgtype: str, name: str) -> np.ndarray:
@@ -254,6 +300,8 @@ def decode_image(msg: Any, msgtype: str, name: str) -> np.ndarray:
     if msg.encoding not in channels:
         raise DatasetError(f"feature {name}: image encoding {msg.encoding!r} not supported ({sorted(channels)})")
     c = channels[msg.encoding]
+    if msg.height == 0 or msg.width == 0:
+        raise DatasetError(f"feature {name}: empty {msg.height}x{msg.width} image")
     data = np.frombuffer(bytes(msg.data), np.uint8)
     if msg.step < msg.width * c or data.size < msg.step * msg.height:
         raise DatasetError(f"feature {name}: image data ({data.size} bytes) too short for "
@@ -265,6 +313,11 @@ def decode_image(msg: Any, msgtype: str, name: str) -> np.ndarray:
     if msg.encoding.startswith("bgr"):
         img = img[:, :, [2, 1, 0]]
     return np.ascontiguousarray(img[:, :, :3])
+
+
+def _line(exc: BaseException) -> str:
+    """An exception's message on one line (YAML and CDR errors span several)."""
+    return " ".join(str(exc).split())[:300]
 
 
 def _runs(valid: Sequence[bool] | np.ndarray) -> Iterable[tuple[int, int]]:

@@ -31,6 +31,7 @@ import numpy as np
 
 import robot_rl.data.zarr_compat as zc
 from robot_rl.core.config import config_to_dict, load_config
+from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.data.schema import (
     EPISODE_COLUMNS,
@@ -78,17 +79,24 @@ class EpisodeStore:
         attrs = dict(root.attrs)
         if attrs.get("format") != FORMAT_NAME:
             raise DatasetError(f"{path}: not a robot_rl episode store (attribute 'format' is {attrs.get('format')!r})")
-        if int(attrs.get("version", -1)) > FORMAT_VERSION:
-            raise DatasetError(f"{path}: store version {attrs.get('version')} is newer than this code "
-                               f"({FORMAT_VERSION})")
+        version = attrs.get("version", -1)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise DatasetError(f"{path}: attribute 'version' must be an integer, got {version!r}")
+        if version > FORMAT_VERSION:
+            raise DatasetError(f"{path}: store version {version} is newer than this code ({FORMAT_VERSION})")
         try:
             self.info = load_config(DatasetInfo, attrs["info"])
         except (KeyError, ValueError) as exc:
             raise DatasetError(f"{path}: attribute 'info' is missing or malformed ({exc})") from exc
+        if not isinstance(attrs.get("tasks", []), list):
+            raise DatasetError(f"{path}: attribute 'tasks' must be a list, got {type(attrs['tasks']).__name__}")
         self.tasks: list[str] = [str(t) for t in attrs.get("tasks", [])]
         # Chunks equal to the fill value are on disk too, so a missing chunk file means damage.
         self.every_chunk_written = bool(attrs.get("every_chunk_written", False))
-        self.schema: StepSchema | None = StepSchema.from_json(attrs["schema"]) if attrs.get("schema") else None
+        try:
+            self.schema: StepSchema | None = StepSchema.from_json(attrs["schema"]) if attrs.get("schema") else None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # DatasetError is a ValueError
+            raise DatasetError(f"{path}: attribute 'schema' is malformed ({exc})") from exc
         self._ends = self._read_meta("episode_ends", required=True)
         if np.any(np.diff(np.concatenate([[0], self._ends])) <= 0):
             raise DatasetError(f"{path}: field meta/episode_ends is not strictly increasing: {self._ends.tolist()}")
@@ -182,7 +190,8 @@ class EpisodeStore:
         meta = {name: self._meta_value(name, index) for name in EPISODE_COLUMNS}
         task_index = int(meta["task_index"])
         if not 0 <= task_index < len(self.tasks):
-            raise DatasetError(f"episode {index}, field meta/task_index: {task_index} is not a known task")
+            raise DatasetError(f"{self.path}: episode {index}, field meta/task_index: {task_index} "
+                               "is not a known task")
         success = None if int(meta["success"]) < 0 else bool(meta["success"])
         return EpisodeInfo(index, int(meta["episode_id"]), self.tasks[task_index], success, start, stop - start)
 
@@ -223,16 +232,22 @@ class EpisodeStore:
             nxt = final if i == n - 1 else {k: cols[f"observation.{k}"][i + 1] for k in keys}
             src = int(cols["segment_source"][i])
             if src >= len(SEGMENT_SOURCES):
-                raise DatasetError(f"episode {index}, field segment_source: value {src} at step {i} is unknown")
-            yield Transition(
-                observation=obs, next_observation=nxt, action=cols["action"][i],
-                policy_action=_none_if_nan(cols["policy_action"][i]), base_action=_none_if_nan(cols["base_action"][i]),
-                reward=float(cols["reward"][i]), terminated=bool(cols["terminated"][i]),
-                truncated=bool(cols["truncated"][i]), is_intervention=bool(cols["is_intervention"][i]),
-                segment_source=SegmentSource(SEGMENT_SOURCES[src]), segment_id=int(cols["segment_id"][i]),
-                episode_id=info.episode_id, step=i, policy_version=int(cols["policy_version"][i]),
-                obs_stamp=float(cols["obs_stamp"][i]), next_obs_stamp=float(cols["next_obs_stamp"][i]),
-            )
+                raise DatasetError(f"{self.path}: episode {index}, field segment_source: value {src} at step {i} "
+                                   "is unknown")
+            try:
+                transition = Transition(
+                    observation=obs, next_observation=nxt, action=cols["action"][i],
+                    policy_action=_none_if_nan(cols["policy_action"][i]),
+                    base_action=_none_if_nan(cols["base_action"][i]),
+                    reward=float(cols["reward"][i]), terminated=bool(cols["terminated"][i]),
+                    truncated=bool(cols["truncated"][i]), is_intervention=bool(cols["is_intervention"][i]),
+                    segment_source=SegmentSource(SEGMENT_SOURCES[src]), segment_id=int(cols["segment_id"][i]),
+                    episode_id=info.episode_id, step=i, policy_version=int(cols["policy_version"][i]),
+                    obs_stamp=float(cols["obs_stamp"][i]), next_obs_stamp=float(cols["next_obs_stamp"][i]),
+                )
+            except SpecError as exc:  # damaged rows (a lost chunk reads as zeros) break a step's invariants
+                raise DatasetError(f"{self.path}: episode {index}, step {i}: {exc}") from exc
+            yield transition
 
     # ----------------------------------------------------------------------------------- writing
     def begin_episode(self, task: str | None = None, episode_id: int | None = None,
@@ -311,7 +326,8 @@ class EpisodeStore:
         except DatasetError:
             raise
         except Exception as exc:
-            raise DatasetError(f"episode {index}, field {field}: cannot be read ({type(exc).__name__}: {exc})") from exc
+            raise DatasetError(f"{self.path}: episode {index}, field {field}: cannot be read "
+                               f"({type(exc).__name__}: {exc})") from exc
 
     def _episode_at_row(self, row: int) -> int:
         return int(np.searchsorted(self._ends, row, side="right"))
@@ -323,7 +339,8 @@ class EpisodeStore:
         for name in (*EPISODE_COLUMNS, *finals):
             length = self._meta_shape(name)[0]
             if length < n_ep:
-                raise DatasetError(f"episode {length}, field meta/{name}: missing (has {length} of {n_ep} rows)")
+                raise DatasetError(f"{self.path}: episode {length}, field meta/{name}: missing "
+                                   f"(has {length} of {n_ep} rows)")
         if self.schema is None:
             if n_ep:
                 raise DatasetError(f"{self.path}: {n_ep} episode(s) but no schema attribute")
@@ -336,7 +353,8 @@ class EpisodeStore:
                                    f"schema says {shape}")
             if arr.shape[0] < n_rows:
                 ep = self._episode_at_row(arr.shape[0])
-                raise DatasetError(f"episode {ep}, field data/{name}: truncated ({arr.shape[0]} of {n_rows} rows)")
+                raise DatasetError(f"{self.path}: episode {ep}, field data/{name}: truncated "
+                                   f"({arr.shape[0]} of {n_rows} rows)")
             longest = max(longest, arr.shape[0])
         return longest - n_rows
 
@@ -348,11 +366,14 @@ class EpisodeStore:
         key = f"{group}/{name}"
         if key not in self._arrays:
             try:
-                self._arrays[key] = zc.get_array(self._root[group], name)
+                arr = zc.get_array(self._root[group], name)
             except KeyError:
                 raise DatasetError(f"{self.path}: field {key} is missing") from None
             except Exception as exc:  # unreadable .zarray and the like
                 raise DatasetError(f"{self.path}: field {key} cannot be opened ({type(exc).__name__}: {exc})") from exc
+            if not hasattr(arr, "shape"):  # a damaged .zarray can make zarr see a group there
+                raise DatasetError(f"{self.path}: field {key} is not an array (damaged .zarray?)")
+            self._arrays[key] = arr
         return self._arrays[key]
 
     def _drop_uncommitted(self) -> None:

@@ -66,7 +66,11 @@ class StreamRecorder:
             self._prev, self._segment, self._steps = None, 0, 0
         prev = self._prev
         if prev is not None:
-            self._write(prev, sample.obs, sample.stamp, terminated=False, truncated=False)
+            try:
+                self._write(prev, sample.obs, sample.stamp, terminated=False, truncated=False)
+            except OSError:  # the writer discarded the take (disk full): the next sample starts a new one
+                self.writer, self._prev = None, None
+                raise
             if sample.source != prev.source:
                 self._segment += 1
         self._prev = sample

@@ -8,6 +8,7 @@ episode becomes visible only when :meth:`EpisodeWriter.commit` writes its ``meta
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
@@ -23,6 +24,7 @@ from robot_rl.data.schema import EPISODE_COLUMNS, SEGMENT_SOURCES, DatasetError,
 class WritableStore(Protocol):
     """What a writer uses of :class:`robot_rl.data.store.EpisodeStore` (which imports this module)."""
 
+    path: Any
     schema: StepSchema | None
     tasks: list[str]
     _root: Any
@@ -109,13 +111,23 @@ class EpisodeWriter:
             self._buffer.setdefault(name, []).append(np.array(value, copy=True))
         self._last = {k: np.array(v, copy=True) for k, v in t.next_observation.items()}
         if len(self._buffer["action"]) >= self._flush_frames:
-            self._flush()
+            try:
+                self._flush()
+            except OSError as exc:
+                raise self._abandon(exc) from exc
 
     def commit(self, success: bool | None = None) -> int:
         """Make the episode part of the store (atomically); returns its index."""
         self._check_open()
         if self._last is None:
             raise DatasetError(f"episode {self.index}: cannot commit an empty episode")
+        try:
+            return self._commit(success)
+        except OSError as exc:
+            raise self._abandon(exc) from exc
+
+    def _commit(self, success: bool | None) -> int:
+        assert self._last is not None
         self._flush(wait=True)
         store = self.store
         schema = store.schema
@@ -145,6 +157,21 @@ class EpisodeWriter:
             self._wait()
         self.store._drop_uncommitted()
         self._finish()
+
+    def _abandon(self, exc: OSError) -> OSError:
+        """A write failed (disk full, I/O error): erase the take as far as the disk allows, close this writer.
+
+        The store then records again once the cause is gone; returns the one-line error to raise.
+        """
+        self._buffer.clear()
+        with contextlib.suppress(Exception):  # on a full disk even truncating may fail: readers ignore the rows
+            self._wait()
+        with contextlib.suppress(Exception):
+            self.store._drop_uncommitted()
+        self._finish()
+        why = "No space left on device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc).splitlines()[0])
+        return OSError(exc.errno, f"{self.store.path}: episode {self.index} not recorded: {why} (the take was "
+                                  "discarded; committed episodes are unchanged)")
 
     def __enter__(self) -> EpisodeWriter:
         return self

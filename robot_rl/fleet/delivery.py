@@ -14,6 +14,11 @@ Two halves of one protocol (the fleet transport carries their messages; see robo
 With both, every transition an actor produced ends up in the learner's checkpoint once: re-sent batches
 are never stored twice, lost ones are re-sent. What an actor keeps is bounded (``limit_batches``): beyond
 it the oldest unacknowledged batches are dropped and counted, never silently.
+
+The outbox's audit journal (``journal=True``) is bounded too: once it outgrows ``journal_max_bytes`` its
+acknowledged lines are folded into one summary line (their step count and :func:`multiset_hash`), written to
+a temporary file and swapped in atomically, so a crash at any point of a rotation leaves either the old or
+the new journal, both complete. :func:`journal_totals` gives count and hash over summary and lines.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ from robot_rl.core.transition_columns import decode_transitions, encode_transiti
 
 BATCH_FILE = re.compile(r"^(\d{12})\.safetensors$")
 JOURNAL_FILE = "journal.jsonl"
+JOURNAL_MAX_BYTES = 4 * 1024 * 1024
+"""Journal size beyond which its acknowledged lines are folded into the summary line (about 200k steps)."""
+_HASH_MOD = 1 << 128
 
 
 def _digest(episode_id: int, step: int, action: np.ndarray) -> str:
@@ -51,12 +59,30 @@ def row_digests(columns: dict[str, np.ndarray], n: int) -> list[str]:
     return [_digest(columns["episode_id"][i], columns["step"][i], columns["action"][i]) for i in range(n)]
 
 
+def _fold(total: int, digests: Sequence[str]) -> int:
+    for d in digests:
+        total = (total + int(hashlib.sha256(d.encode()).hexdigest()[:32], 16)) % _HASH_MOD
+    return total
+
+
+def multiset_hash(digests: Sequence[str]) -> str:
+    """An order-free hash of step digests (a sum of their hashes): the same for the same steps, each as often.
+
+    Additive, so a compacted journal keeps it for the steps it no longer lists.
+    """
+    return f"{_fold(0, digests):032x}"
+
+
 class Outbox:
     """The actor's unacknowledged batches on disk, numbered ``1, 2, ...`` per actor id."""
 
-    def __init__(self, folder: str | Path, limit_batches: int = 100_000, journal: bool = False) -> None:
+    def __init__(self, folder: str | Path, limit_batches: int = 100_000, journal: bool = False,
+                 journal_max_bytes: int = JOURNAL_MAX_BYTES) -> None:
         if limit_batches < 1:
             raise ValueError(f"limit_batches: must be >= 1, got {limit_batches}")
+        if journal_max_bytes < 1:
+            raise ValueError(f"journal_max_bytes: must be >= 1, got {journal_max_bytes}")
+        self.journal_max_bytes = self._compact_at = journal_max_bytes
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.limit = limit_batches
@@ -69,11 +95,14 @@ class Outbox:
         self.acked = (found[0] - 1) if found else 0
         self.journal = self.folder / JOURNAL_FILE if journal else None
         """``journal.jsonl``: one line per batch ever added (seq + a digest per step), kept after acks: an audit
-        of what this actor produced, which a learner's checkpoint can be checked against."""
-        if self.journal is not None:  # batches written by an actor killed before it journaled them
-            known = {json.loads(line)["seq"] for line in _journal_lines(self.journal)}
-            for seq in found:
-                if seq not in known:
+        of what this actor produced, which a learner's checkpoint can be checked against; its acknowledged lines
+        are folded into a summary line once it outgrows ``journal_max_bytes`` (see :meth:`compact_journal`)."""
+        if self.journal is not None:
+            _repair_journal(self.journal)
+            summary, lines = _parse_journal(self.journal)
+            known = {line["seq"] for line in lines}
+            for seq in found:  # batches written by an actor killed before it journaled them
+                if seq not in known and seq > summary["through"]:
                     self._log(seq, decode_transitions(self.read(seq)))
 
     def _log(self, seq: int, transitions: Sequence[Transition]) -> None:
@@ -133,10 +162,40 @@ class Outbox:
         return [(seq, self._path(seq).read_bytes()) for seq in self._pending]
 
     def ack(self, seq: int) -> None:
-        """The learner's checkpoint holds every batch up to ``seq``: forget them."""
+        """The learner's checkpoint holds every batch up to ``seq``: forget them (and compact a full journal)."""
         while self._pending and self._pending[0] <= seq:
             self._path(self._pending.popleft()).unlink(missing_ok=True)
         self.acked = max(self.acked, seq)
+        if self.journal is not None and self.journal.is_file() and self.journal.stat().st_size > self._compact_at:
+            self.compact_journal()
+            # unacknowledged lines stay: the next try waits until the journal has grown by the limit again
+            self._compact_at = self.journal.stat().st_size + self.journal_max_bytes
+
+    def compact_journal(self) -> bool:
+        """Fold the journal's acknowledged lines into its summary line; False when none was acknowledged.
+
+        Steps: write the new journal to a temporary file, fsync, rename it over the old one. A crash before
+        the rename leaves the old journal (the temporary file is removed on the next start), after it the
+        new one: either lists every step once, as a line or inside the summary's count and hash.
+        """
+        assert self.journal is not None
+        summary, lines = _parse_journal(self.journal)
+        done = [line for line in lines if line["seq"] <= self.acked]
+        if not done:
+            return False
+        folded = {"summary": True, "through": max(summary["through"], max(line["seq"] for line in done)),
+                  "count": summary["count"] + sum(len(line["steps"]) for line in done),
+                  "hash": f"{_fold(int(summary['hash'], 16), [d for line in done for d in line['steps']]):032x}"}
+        tmp = self.journal.with_name(f".{JOURNAL_FILE}.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(json.dumps(folded) + "\n")
+            for line in lines:
+                if line["seq"] > self.acked:
+                    f.write(json.dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.journal)
+        return True
 
     def resume_after(self, learner_mark: int) -> None:
         """On (re)connecting: the learner's checkpoint holds up to ``learner_mark``; number new batches after it.
@@ -154,9 +213,49 @@ def _journal_lines(journal: Path | None) -> list[str]:
     return [line for line in lines if line.endswith("}")]  # a torn last line of a killed actor
 
 
+def _parse_journal(journal: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(summary of the compacted lines, the batch lines still listed) of a journal."""
+    summary: dict[str, Any] = {"through": 0, "count": 0, "hash": f"{0:032x}"}
+    lines: list[dict[str, Any]] = []
+    for text in _journal_lines(journal):
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:  # a torn line an older actor appended to: its batch is re-logged
+            continue
+        if line.get("summary"):
+            summary = line
+        else:
+            lines.append(line)
+    return summary, lines
+
+
+def _repair_journal(journal: Path) -> None:
+    """On start: drop a rotation's leftover temporary file and a torn last line (so appends start afresh)."""
+    journal.with_name(f".{JOURNAL_FILE}.tmp").unlink(missing_ok=True)
+    if not journal.is_file():
+        return
+    data = journal.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with journal.open("r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def read_journal(folder: str | Path) -> list[str]:
-    """Step digests an outbox folder's journal lists, read-only (safe while its actor runs)."""
-    return [d for line in _journal_lines(Path(folder) / JOURNAL_FILE) for d in json.loads(line)["steps"]]
+    """Step digests an outbox folder's journal lists, read-only (safe while its actor runs).
+
+    Raises ValueError for a compacted journal (it no longer lists every step): use :func:`journal_totals`.
+    """
+    summary, lines = _parse_journal(Path(folder) / JOURNAL_FILE)
+    if summary["count"]:
+        raise ValueError(f"{folder}: journal compacted ({summary['count']} steps folded); use journal_totals")
+    return [d for line in lines for d in line["steps"]]
+
+
+def journal_totals(folder: str | Path) -> tuple[int, str]:
+    """(steps, :func:`multiset_hash`) of everything an outbox folder's journal records, compacted or not."""
+    summary, lines = _parse_journal(Path(folder) / JOURNAL_FILE)
+    digests = [d for line in lines for d in line["steps"]]
+    return summary["count"] + len(digests), f"{_fold(int(summary['hash'], 16), digests):032x}"
 
 
 class Inbox:

@@ -17,7 +17,7 @@ from typing import Any
 
 from robot_rl.fleet.delivery import Outbox
 from robot_rl.fleet.reconnect import retry
-from robot_rl.fleet.tcp_transport import TcpActorClient
+from robot_rl.fleet.tcp_actor import TcpActorClient
 from robot_rl.fleet.wire import CONFIG_FILE, AuthError, FrameError
 
 
@@ -27,19 +27,22 @@ class RemoteRun:
     The folder (:func:`actor_folder`: one per run secret) holds the run's config once joined, the learner's
     weights (in shared memory, :func:`weights_in_memory`) and the outbox of unacknowledged batches
     (``outbox/<name>``, journaled); :attr:`client` sends the actor's transitions. ``weights="ray"``: another
-    path (Ray's object store) fills ``weights/`` and the learner sends none. Used by the actor process
+    path (Ray's object store) fills ``weights/`` and the learner sends none. Without ``tls`` the learner must be
+    on loopback unless ``allow_plaintext`` (:func:`~robot_rl.fleet.security.check_transport`). Used by the actor process
     (:func:`~robot_rl.learners.actor_process.run_remote_actor`), Ray's actors and the ROS policy node.
     """
 
     def __init__(self, address: tuple[str, int], key: bytes, workdir: str | Path, name: str,
                  tls: ssl.SSLContext | None = None, info: dict[str, Any] | None = None,
-                 resolve: Callable[[], tuple[str, int]] | None = None, weights: str = "tcp") -> None:
+                 resolve: Callable[[], tuple[str, int]] | None = None, weights: str = "tcp",
+                 allow_plaintext: bool | None = None) -> None:
         self.folder = actor_folder(workdir, key)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.mirror = weights_in_memory(self.folder)
         self.client = TcpActorClient(address, key, name, Outbox(self.folder / "outbox" / name, journal=True),
                                      info={**(info or {}), "weights": weights}, tls=tls,
-                                     weights_dir=self.folder / "weights", resolve=resolve)
+                                     weights_dir=self.folder / "weights", resolve=resolve,
+                                     allow_plaintext=allow_plaintext)
         self.error: str | None = None
         """Why a background join gave up (the secret was refused, no config came); None otherwise."""
 

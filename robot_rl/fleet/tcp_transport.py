@@ -6,51 +6,54 @@ learner's checkpoint holds its batches, re-sends the rest from its :class:`~robo
 and then streams new batches. The learner acknowledges batches only after a checkpoint holds them
 (:meth:`TcpTransitionServer.acknowledge`), so a learner killed at any moment loses nothing and stores
 nothing twice. Payloads are safetensors bytes; a malformed, oversized or out-of-order batch drops that
-connection (the actor re-sends after reconnecting) and never stops the learner; a wrong secret is refused
-and logged with the peer's address.
+connection (the actor re-sends after reconnecting) and never stops the learner (each link's reader thread
+hands it whole frames, so a slow or stalled link never holds its loop either); a wrong secret is refused
+and logged with the peer's address, and a peer whose handshakes keep failing is turned away unserved for a
+while (:class:`~robot_rl.fleet.security.RefusalLimiter`). Plaintext on a non-loopback address is refused on
+both ends unless explicitly allowed (:func:`~robot_rl.fleet.security.check_transport`).
 
 Weights go the other way on the same connection: the learner packs each published version once
 (:func:`~robot_rl.fleet.wire.pack_weights`) and every actor's writer thread sends the newest one it has
 not sent yet (a slow link skips versions instead of queueing them); the actor checks sizes and hashes and
 writes ``v<N>/`` into its own weights folder, where the usual follower swaps it in between chunks.
 
-Same interface as the one-machine socket (:class:`~robot_rl.fleet.transport.TransitionReceiver`), plus
-per-actor bookkeeping for ``robot-rl online status``.
+The actor's end is :class:`robot_rl.fleet.tcp_actor.TcpActorClient`. The learner's end has the interface of
+the one-machine socket (:class:`~robot_rl.fleet.transport.TransitionReceiver`), plus per-actor bookkeeping
+for ``robot-rl online status``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import select
+import queue
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
 from robot_rl.core.transition_columns import decode_transitions
-from robot_rl.fleet.delivery import Inbox, Outbox
-from robot_rl.fleet.reconnect import Reconnect
+from robot_rl.fleet.delivery import Inbox
+from robot_rl.fleet.security import RefusalLimiter, check_transport
 from robot_rl.fleet.wire import (
     DEFAULT_MAX_PAYLOAD,
+    HANDSHAKE_TIMEOUT_S,
     AuthError,
     FrameError,
-    client_handshake,
     recv_frame,
     send_frame,
     server_handshake,
-    unpack_weights,
 )
 
 log = logging.getLogger(__name__)
-MAX_WEIGHTS_BYTES = 4 * 1024 * 1024 * 1024
-"""Largest weights frame an actor accepts (a 1B-parameter fp32 policy)."""
+FRAME_QUEUE = 64
+"""Frames read ahead of the learner loop (beyond it the links' readers wait: the actors' sockets fill up)."""
+FRAME_STALL_S = 10.0
+"""An actor that goes silent this long in the middle of a frame is dropped (the learner's loop reads its frames)."""
 
 
 @dataclass
@@ -82,10 +85,23 @@ class ActorLink:
 class TcpTransitionServer:
     """Learner end: a TCP listener many actors on many hosts connect to."""
 
-    def __init__(self, key: bytes, inbox: Inbox | None = None, host: str = "0.0.0.0", port: int = 0,
+    def __init__(self, key: bytes, inbox: Inbox | None = None, host: str = "127.0.0.1", port: int = 0,
                  tls: ssl.SSLContext | None = None, max_payload: int = DEFAULT_MAX_PAYLOAD,
-                 welcome: dict[str, Any] | None = None) -> None:
-        self.key, self.tls, self.max_payload = key, tls, max_payload
+                 welcome: dict[str, Any] | None = None, allow_plaintext: bool | None = None,
+                 limiter: RefusalLimiter | None = None, stall_s: float = FRAME_STALL_S,
+                 handshake_s: float = HANDSHAKE_TIMEOUT_S) -> None:
+        """Listen on ``host:port`` (TLS with ``tls``).
+
+        Without ``tls`` only a loopback ``host`` is allowed, unless ``allow_plaintext``
+        (None: the ``ROBOT_RL_ALLOW_PLAINTEXT`` environment variable) opts out (InsecureTransportError otherwise).
+        ``limiter``: the back-off of peers whose handshakes fail (default: 5 failures a minute block for a minute).
+        ``stall_s``: an actor silent that long mid-frame is dropped (a half-open link must not hang :meth:`receive`).
+        ``handshake_s``: a peer that has not finished the TLS and HMAC handshakes by then is refused.
+        """
+        check_transport(host, tls is not None, f"learner listening on {host}:{port}", allow_plaintext)
+        self.key, self.tls, self.max_payload, self.stall_s = key, tls, max_payload, stall_s
+        self.handshake_s = handshake_s
+        self.limiter = limiter or RefusalLimiter()
         self.welcome = dict(welcome or {})
         """Sent to every actor with the resume mark (the run's config, so a remote actor needs nothing else)."""
         self.inbox = inbox or Inbox()
@@ -98,6 +114,9 @@ class TcpTransitionServer:
         self.flush_requested = False
         """An actor that is finishing asked for a checkpoint (the learner checkpoints soon and acknowledges)."""
         self._weights: tuple[int, dict[str, Any], bytes] | None = None
+        self._frames: queue.Queue[tuple[ActorLink, dict[str, Any] | None, bytes | BaseException]] = \
+            queue.Queue(FRAME_QUEUE)
+        """Whole frames the links' reader threads received (a slow or stalled link never blocks the learner)."""
         self._lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._accept, name="tcp-accept", daemon=True)
@@ -108,17 +127,32 @@ class TcpTransitionServer:
         log.warning(why)
 
     def _accept(self) -> None:
+        failing = False
         while not self._closed:
             try:
                 raw, addr = self._listener.accept()
-            except OSError:
-                return
+            except OSError as exc:  # closed by close(), or e.g. out of file descriptors: the latter passes
+                if self._closed:
+                    return
+                if not failing:
+                    self._note(f"accepting a connection failed: {exc}; retrying")
+                failing = True
+                time.sleep(0.1)
+                continue
+            failing = False
+            if self.limiter.blocked(addr[0]):  # turned away unread: no thread, no TLS, no handshake
+                if self.limiter.turned_away.get(addr[0]) == 1:
+                    self._note(f"refused {addr[0]} unserved: too many failed handshakes (blocked for a while)")
+                raw.close()
+                continue
             threading.Thread(target=self._admit, args=(raw, f"{addr[0]}:{addr[1]}"), daemon=True).start()
 
     def _admit(self, raw: socket.socket, peer: str) -> None:
         try:
+            raw.settimeout(self.handshake_s)  # the TLS handshake too: a silent peer must not hold this thread forever
             sock = self.tls.wrap_socket(raw, server_side=True) if self.tls is not None else raw
-            hello = server_handshake(sock, self.key)
+            hello = server_handshake(sock, self.key, self.handshake_s)
+            sock.settimeout(None)  # a link waits for frames (and sends weights) as long as it takes
             actor = str(hello.get("actor") or peer)
             with self._lock:
                 old = self.links.pop(actor, None)
@@ -132,9 +166,14 @@ class TcpTransitionServer:
             if old is not None:  # the same actor id again (replaced, reconnected): the old link is dead
                 self._close_link(old)
             threading.Thread(target=self._write, args=(link,), name=f"tcp-writer-{actor}", daemon=True).start()
+            threading.Thread(target=self._read, args=(link,), name=f"tcp-reader-{actor}", daemon=True).start()
         except (AuthError, FrameError, ssl.SSLError, OSError) as exc:
             self._note(f"refused {peer}: {exc}")
             raw.close()
+            host = peer.rpartition(":")[0]
+            if self.limiter.failed(host):
+                self._note(f"blocking {host} for {self.limiter.block_s:.0f} s after {self.limiter.max_failures} "
+                           f"failed handshakes within {self.limiter.window_s:.0f} s")
 
     def _write(self, link: ActorLink) -> None:
         """The link's writer: acknowledgements first, then the newest weights it has not sent."""
@@ -163,32 +202,44 @@ class TcpTransitionServer:
         with self._lock:
             return len(self.links)
 
+    def _read(self, link: ActorLink) -> None:
+        """The link's reader: whole frames onto the learner's queue, then why the link ended."""
+        while link.alive:
+            item: tuple[ActorLink, dict[str, Any] | None, bytes | BaseException]
+            try:
+                header, payload = recv_frame(link.sock, self.max_payload, self.stall_s)
+                item = (link, header, payload)
+            except (FrameError, ValueError, OSError) as exc:
+                item = (link, None, exc)
+            while link.alive:
+                try:
+                    self._frames.put(item, timeout=0.5)
+                    break
+                except queue.Full:
+                    continue
+            if item[1] is None:
+                return
+
     def receive(self, timeout: float = 0.0) -> list[Transition]:
         """New transitions from every actor (re-sent batches skipped), waiting up to ``timeout`` for the first."""
-        with self._lock:
-            links = list(self.links.values())
         out: list[Transition] = []
-        if not links:
-            if timeout:
-                time.sleep(min(timeout, 0.05))
-            return out
         try:
-            readable, _, _ = select.select([link.sock for link in links], [], [], timeout)
-        except (OSError, ValueError):  # a link closed under us; the next call sees the new set
+            item = self._frames.get(timeout=timeout) if timeout else self._frames.get_nowait()
+        except queue.Empty:
             return out
-        for link in links:
-            if link.sock not in readable:
-                continue
-            try:
-                while True:
-                    header, payload = recv_frame(link.sock, self.max_payload)
+        while True:
+            link, header, payload = item
+            if link.alive:  # frames of a dropped link are not used: its actor re-sends them after reconnecting
+                try:
+                    if header is None or isinstance(payload, BaseException):
+                        raise FrameError(str(payload))
                     self._handle(link, header, payload, out)
-                    pending = link.sock.pending() if isinstance(link.sock, ssl.SSLSocket) else 0
-                    if not pending and not select.select([link.sock], [], [], 0)[0]:
-                        break
-            except (FrameError, SpecError, ValueError, OSError) as exc:
-                self._drop(link, f"dropped {link.actor} ({link.peer}): {exc}")
-        return out
+                except (FrameError, SpecError, ValueError, OSError) as exc:
+                    self._drop(link, f"dropped {link.actor} ({link.peer}): {exc}")
+            try:
+                item = self._frames.get_nowait()
+            except queue.Empty:
+                return out
 
     def _handle(self, link: ActorLink, header: dict[str, Any], payload: bytes, out: list[Transition]) -> None:
         kind = header.get("type")
@@ -280,176 +331,3 @@ class TcpTransitionServer:
             self.links.clear()
         for link in links:
             self._close_link(link)
-
-
-class TcpActorClient:
-    """Actor end: a TransitionSender whose batches survive disconnects, learner kills and actor restarts.
-
-    A reader thread applies acknowledgements and writes received weights into ``weights_dir`` (when given);
-    :meth:`send` reconnects (at most every ``RECONNECT_EVERY_S``) while the learner is away.
-    """
-
-    def __init__(self, address: tuple[str, int], key: bytes, actor: str, outbox: Outbox,
-                 info: dict[str, Any] | None = None, tls: ssl.SSLContext | None = None,
-                 server_hostname: str | None = None, weights_dir: str | Path | None = None,
-                 version: Callable[[], int] | None = None,
-                 resolve: Callable[[], tuple[str, int]] | None = None) -> None:
-        self.address, self.key, self.actor, self.outbox = address, key, actor, outbox
-        self.resolve = resolve
-        """Where the learner serves now, asked before each reconnect (it may have moved); None: a fixed address."""
-        self.info, self.tls, self.server_hostname = dict(info or {}), tls, server_hostname
-        self.weights_dir = None if weights_dir is None else Path(weights_dir)
-        self.version = version
-        """What the actor acts with now (reported to the learner with every batch)."""
-        self.welcome: dict[str, Any] = {}
-        """What the learner said when we joined (its mark, the run's config)."""
-        self.received_versions: list[tuple[int, float]] = []
-        """(version, time it was on disk) of every weights version received."""
-        self.refused_weights: list[str] = []
-        self.reconnects = 0
-        self._sock: socket.socket | None = None
-        self._lock = threading.RLock()
-        """Guards the outbox and the socket between the caller's thread and the reader."""
-        self._acked = threading.Condition(self._lock)
-        self._retry = Reconnect(self._resolve_and_connect, (OSError, FrameError, AuthError, LookupError),
-                                on_error=lambda exc: log.info("learner %s:%s unreachable: %s", *self.address, exc))
-
-    def connect(self, timeout: float = 10.0) -> None:
-        """Connect, authenticate, learn the learner's mark and re-send everything it does not hold.
-
-        Raises AuthError when the secret is refused, OSError/FrameError when the learner is unreachable.
-        """
-        raw = socket.create_connection(self.address, timeout=timeout)
-        try:
-            sock = (self.tls.wrap_socket(raw, server_hostname=self.server_hostname or self.address[0])
-                    if self.tls is not None else raw)
-            client_handshake(sock, self.key, {**self.info, "actor": self.actor}, timeout)
-            header, _ = recv_frame(sock, max_payload=0)
-            if header["type"] != "resume" or not isinstance(header.get("mark"), int):
-                raise FrameError(f"expected the learner's resume mark, got {header}")
-            sock.settimeout(None)
-            with self._lock:
-                self.welcome = header
-                self.outbox.resume_after(header["mark"])
-                # numbers the learner has received but not checkpointed are taken too: a replaced actor with an
-                # empty outbox must not send new data under them (it would be skipped as a re-send)
-                if isinstance(header.get("received"), int):
-                    self.outbox.next_seq = max(self.outbox.next_seq, header["received"] + 1)
-                for seq, payload in self.outbox.pending():
-                    send_frame(sock, self._batch_header(seq), payload)
-                self._sock = sock
-        except BaseException:
-            raw.close()
-            raise
-        self.reconnects += 1
-        threading.Thread(target=self._read, args=(sock,), name=f"tcp-reader-{self.actor}", daemon=True).start()
-
-    def _batch_header(self, seq: int) -> dict[str, Any]:
-        header = {"type": "batch", "seq": seq, "oldest": self.outbox.oldest}
-        if self.version is not None:
-            header["version"] = int(self.version())
-        return header
-
-    def _read(self, sock: socket.socket) -> None:
-        """Acknowledgements and weights from the learner, until the connection ends."""
-        while True:
-            try:
-                header, payload = recv_frame(sock, max_payload=MAX_WEIGHTS_BYTES)
-            except (FrameError, OSError):
-                break
-            if header.get("type") == "ack" and isinstance(header.get("seq"), int):
-                with self._lock:
-                    self.outbox.ack(header["seq"])
-                    self._acked.notify_all()
-            elif header.get("type") == "weights" and self.weights_dir is not None:
-                try:
-                    unpack_weights(header, payload, self.weights_dir)
-                    self.received_versions.append((int(header["version"]), time.time()))
-                except (FrameError, OSError) as exc:
-                    self.refused_weights.append(str(exc))
-                    log.warning("refused weights from the learner: %s", exc)
-        with self._lock:
-            if self._sock is sock:
-                self._sock = None
-            self._acked.notify_all()
-        with contextlib.suppress(OSError):
-            sock.close()
-
-    def _resolve_and_connect(self) -> None:
-        if self.resolve is not None:
-            try:
-                self.address = self.resolve()
-            except Exception as exc:  # whatever the resolver raises means: not known now, try later
-                raise LookupError(f"address unknown: {exc}") from exc
-        self.connect(timeout=5.0)
-
-    def _reconnect(self) -> bool:
-        return self._sock is not None or self._retry.attempt()
-
-    def send(self, transitions: Sequence[Transition]) -> None:
-        """Keep the batch on disk, then send it (if the learner is away, it goes out after reconnecting)."""
-        with self._lock:
-            seq, payload = self.outbox.add_batch(transitions)
-            if self._sock is None:
-                self._reconnect()  # a successful reconnect re-sends the outbox, this batch included
-                return
-            try:
-                send_frame(self._sock, self._batch_header(seq), payload)
-            except OSError:
-                self._sock = None
-
-    def wait_acked(self, timeout: float) -> bool:
-        """Ask the learner to checkpoint, wait until it acknowledges everything sent; False on timeout."""
-        deadline = time.monotonic() + timeout
-        asked = False
-        with self._lock:
-            while self.outbox.oldest is not None and time.monotonic() < deadline:
-                if self._sock is None:
-                    asked = False
-                    if not self._reconnect():
-                        self._acked.wait(0.1)
-                        continue
-                if not asked:
-                    try:
-                        send_frame(self._sock, {"type": "flush"})  # type: ignore[arg-type]
-                        asked = True
-                    except OSError:
-                        self._sock = None
-                        continue
-                self._acked.wait(min(0.5, max(0.0, deadline - time.monotonic())))
-            return self.outbox.oldest is None
-
-    def flush(self, timeout: float) -> bool:
-        """End of an actor's run: :meth:`wait_acked` (same name as the one-machine sender's)."""
-        return self.wait_acked(timeout)
-
-    @property
-    def queue(self) -> list[int]:
-        """Unacknowledged batches (sequence numbers), for the actor's episode log."""
-        return self.outbox.numbers()
-
-    @property
-    def queued(self) -> int:
-        """Unacknowledged batches (on disk until the learner's checkpoint holds them)."""
-        return len(self.queue)
-
-    def poll_acks(self, timeout: float = 0.0) -> int:
-        """Wait up to ``timeout`` for the next acknowledgement (the reader applies them); returns the acked mark."""
-        with self._lock:
-            if timeout and self.outbox.oldest is not None:
-                self._acked.wait(timeout)
-            return self.outbox.acked
-
-    @property
-    def connected(self) -> bool:
-        """Whether a learner connection is up."""
-        return self._sock is not None
-
-    def close(self) -> None:
-        """Disconnect; unacknowledged batches stay in the outbox for the next run of this actor."""
-        with self._lock:
-            sock, self._sock = self._sock, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()

@@ -35,6 +35,7 @@ from robot_rl.core.spaces import SpecError
 from robot_rl.core.transition import Transition
 from robot_rl.core.transition_columns import decode_transitions, encode_transitions
 from robot_rl.fleet.reconnect import Reconnect
+from robot_rl.fleet.security import check_secret_file
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 """Largest accepted transition batch (a corrupt length header must not allocate gigabytes)."""
@@ -149,10 +150,10 @@ def socket_address(run: Path) -> str:
 
 
 def load_or_create_key(run: Path) -> bytes:
-    """The run's HMAC key (created once, readable by the owner only)."""
+    """The run's HMAC key (created once, readable by the owner only; InsecureFileError if others may read it)."""
     file = run / "learner.key"
     if file.is_file():
-        return bytes.fromhex(file.read_text(encoding="ascii").strip())
+        return bytes.fromhex(check_secret_file(file, "shared secret").read_text(encoding="ascii").strip())
     key = secrets.token_bytes(32)
     fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as f:

@@ -6,16 +6,23 @@ datagram, header byte first: cflib/crtp/udpdriver.py), so unmodified cflib (``Cr
 :mod:`robot_rl.hardware.crazyflie_firmware`'s; this module is the vehicle behind them:
 
 * physics: :class:`robot_rl.sim.live.LiveSim`'s cf2x scene, stepped at ``physics_hz`` paced to wall time,
-  starting at rest on the floor (where a Crazyflie is at boot);
+  starting at rest on the floor (where a Crazyflie is at boot; the model's origin then reads z = 0.065 m);
 * "firmware" controller: :class:`robot_rl.control.quadrotor.QuadrotorController` (position -> attitude ->
   rates -> mixing) tracks the decoded setpoints; PWM becomes thrust through
   :class:`~robot_rl.hardware.crazyflie_protocol.ThrustMap` (the bridge's inverse);
+* high-level commander (port 8): its take-off / land / go-to goals are full-state setpoints for the same
+  controller, produced each physics step from the state estimate
+  (:class:`~robot_rl.hardware.crazyflie_high_level.HighLevelPlanner`);
 * supervisor (supervisor.c): a setpoint older than 0.5 s levels the vehicle (approximated by holding the
   current x/y and the commanded height or thrust), older than 2 s while flying cuts the motors and locks;
   an emergency stop (supervisor port, localization port, ``stabilizer.stop`` or an expired e-stop
-  watchdog) cuts the motors and locks until the emulator restarts (a reboot on hardware);
-* the state estimate is the simulator's exact state (no estimator, no sensor noise); the battery voltage
-  sags with thrust.
+  watchdog) cuts the motors and locks until the emulator restarts (a reboot on hardware); disarming
+  (supervisor arming request) stops the motors; while locked or disarmed the high-level planner is held
+  stopped, so arming never resumes a trajectory commanded before (the emulator's fail-safe choice);
+  ``supervisor.info`` carries the state bits cflib decodes;
+* the state estimate is the simulator's exact state (no estimator, no sensor noise): ``stateEstimate.*``,
+  ``stabilizer.roll/pitch/yaw`` (degrees, legacy pitch sign) and a constant ``kalman.varP*``; the battery
+  voltage sags with thrust.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ import numpy as np
 from robot_rl.control.quadrotor import QuadrotorController
 from robot_rl.control.rotations import quat_to_mat, quat_yaw
 from robot_rl.control.targets import BodyRateTarget, FlightTarget
-from robot_rl.hardware.crazyflie_firmware import CrazyflieFirmware, FirmwareSetpoint
+from robot_rl.hardware import crazyflie_protocol as p
+from robot_rl.hardware.crazyflie_firmware import WDT_SHUTDOWN_S, CrazyflieFirmware, FirmwareSetpoint
 from robot_rl.hardware.crazyflie_protocol import ThrustMap, encode_state
 from robot_rl.robots import cf2x
 from robot_rl.sim.live import LiveSim, LiveSimConfig
@@ -42,18 +50,21 @@ from robot_rl.sim.live import LiveSim, LiveSimConfig
 log = logging.getLogger("crazyflie_emulator")
 WDT_LEVEL_S = 0.5
 """Setpoint age at which the firmware levels the vehicle (COMMANDER_WDT_TIMEOUT_STABILIZE)."""
-WDT_SHUTDOWN_S = 2.0
-"""Setpoint age at which a flying vehicle's motors are cut (COMMANDER_WDT_TIMEOUT_SHUTDOWN)."""
 ESTOP_WATCHDOG_S = 1.0
 """An armed emergency-stop watchdog not renewed for this long stops the motors."""
 IS_FLYING_HYSTERESIS_S = 2.0
 """The firmware calls the vehicle flying while it commanded thrust within this window."""
+POSITION_VARIANCE = 1e-6
+"""``kalman.varPX/PY/PZ`` [m^2]: the estimate is exact, so the variance is a small constant (cflib's
+reset_estimator waits for it to settle below 1e-3)."""
+__all__ = ["WDT_LEVEL_S", "WDT_SHUTDOWN_S", "CrazyflieUdpServer", "EmulatedCrazyflie", "main"]
 
 
 class EmulatedCrazyflie:
     """The vehicle: physics, firmware controller and supervisor, advanced by :meth:`step`."""
 
-    def __init__(self, physics_hz: float = 500.0, start_xy: tuple[float, float] = (0.0, 0.0)) -> None:
+    def __init__(self, physics_hz: float = 500.0, start_xy: tuple[float, float] = (0.0, 0.0),
+                 start_yaw: float = 0.0) -> None:
         self.sim = LiveSim(LiveSimConfig(robot="cf2x", controller="quadrotor", physics_hz=physics_hz,
                                          with_object=False))
         inner = self.sim.controller.inner
@@ -70,12 +81,13 @@ class EmulatedCrazyflie:
         self._ref_yaw = 0.0
         self._last_thrust_time = -math.inf
         self._level_target: FlightTarget | BodyRateTarget | None = None
-        self._rest(start_xy)
+        self._rest(start_xy, start_yaw)
 
-    def _rest(self, xy: tuple[float, float]) -> None:
-        """Put the vehicle on the floor and let it settle with the motors off."""
+    def _rest(self, xy: tuple[float, float], yaw: float = 0.0) -> None:
+        """Put the vehicle on the floor, heading ``yaw`` [rad], and let it settle with the motors off."""
         qpos = self.sim.description.home_qpos(self.sim.model)
         qpos[0], qpos[1], qpos[2] = xy[0], xy[1], 0.1
+        qpos[3:7] = (math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))
         self.sim.backend.reset(qpos, np.zeros(self.sim.model.nv))
         self.sim.backend.step(int(0.5 * self.sim.config.physics_hz), self.sim.actuators,
                               lambda: np.zeros(len(self.sim.actuators)))
@@ -95,7 +107,10 @@ class EmulatedCrazyflie:
         if fw.estop_requested:
             self._lock(fw.estop_requested)
         sp = fw.setpoint
-        if self.state == "locked" or sp is None or not fw.armed:
+        if self.state == "locked" or not fw.armed:
+            fw.planner.stop()  # a trajectory planned while the motors may not run never resumes on arming
+            return None
+        if sp is None:
             return None
         age = now - sp.stamp
         flying = now - self._last_thrust_time < IS_FLYING_HYSTERESIS_S
@@ -116,14 +131,21 @@ class EmulatedCrazyflie:
         return sp
 
     def _info_bits(self) -> int:
-        bits = 0x0004  # auto-armed
+        bits = p.SUP_AUTO_ARMED
         if self.state != "locked":
-            bits |= 0x0001 | 0x0008 | (0x0002 if self.firmware.armed else 0)
+            bits |= p.SUP_CAN_BE_ARMED | p.SUP_CAN_FLY | (p.SUP_IS_ARMED if self.firmware.armed else 0)
         if self.state in ("flying", "level_out"):
-            bits |= 0x0010
+            bits |= p.SUP_IS_FLYING
         if self.state == "locked":
-            bits |= 0x0040
-        return bits | 0x0400  # the high-level commander is disabled (not emulated)
+            bits |= p.SUP_IS_LOCKED
+        if self._tumbled():
+            bits |= p.SUP_IS_TUMBLED
+        return bits | self.firmware.high_level_bits(time.monotonic())
+
+    def _tumbled(self) -> bool:
+        """Tilted more than 60 degrees (an approximation of supervisor.c's tumble check, without its delay)."""
+        quat = self.sim.data.qpos[3:7]
+        return bool(quat_to_mat(np.asarray(quat))[2, 2] < 0.5)
 
     # --- control ----------------------------------------------------------------------------------------------
     def _target(self, sp: FirmwareSetpoint, pos: np.ndarray, quat: np.ndarray, dt: float
@@ -174,9 +196,10 @@ class EmulatedCrazyflie:
     def _control(self) -> np.ndarray:
         data = self.sim.data
         now = time.monotonic()
-        sp = self._supervise(now)
         state = self.sim.index.read(data)
-        assert state.base_pos is not None and state.base_quat is not None
+        assert state.base_pos is not None and state.base_quat is not None and state.base_linvel is not None
+        self.firmware.high_level_step(now, state.base_pos, state.base_linvel, quat_yaw(state.base_quat))
+        sp = self._supervise(now)
         target = None if sp is None else self._target(sp, state.base_pos, state.base_quat,
                                                       self.sim.model.opt.timestep)
         if target is None:
@@ -207,6 +230,11 @@ class EmulatedCrazyflie:
         vbat = 4.1 - 0.5 * thrust / (4 * cf2x.THRUST_MAX)
         values = encode_state(st.base_pos, st.base_linvel, st.base_quat, st.base_angvel, vbat)
         w, x, y, z = st.base_quat
+        rot = quat_to_mat(st.base_quat)
+        roll = math.degrees(math.atan2(rot[2, 1], rot[2, 2]))
+        pitch = math.degrees(math.asin(max(-1.0, min(1.0, rot[2, 0]))))  # legacy sign: nose up positive
+        yaw = math.degrees(math.atan2(rot[1, 0], rot[0, 0]))
+        info = self.firmware.info_bits
         values.update({"stateEstimate.x": st.base_pos[0], "stateEstimate.y": st.base_pos[1],
                        "stateEstimate.z": st.base_pos[2], "stateEstimate.vx": st.base_linvel[0],
                        "stateEstimate.vy": st.base_linvel[1], "stateEstimate.vz": st.base_linvel[2],
@@ -214,7 +242,14 @@ class EmulatedCrazyflie:
                        "gyro.x": math.degrees(st.base_angvel[0]), "gyro.y": math.degrees(st.base_angvel[1]),
                        "gyro.z": math.degrees(st.base_angvel[2]), "pm.batteryLevel": 100.0 * (vbat - 3.0) / 1.2,
                        "pm.state": 0.0, "stabilizer.thrust": self.thrust_map.pwm(thrust),
-                       "supervisor.info": float(self.firmware.info_bits)})
+                       "supervisor.info": float(info), "stabilizer.roll": roll, "stabilizer.pitch": pitch,
+                       "stabilizer.yaw": yaw, "stateEstimate.roll": roll, "stateEstimate.pitch": pitch,
+                       "stateEstimate.yaw": yaw, "kalman.varPX": POSITION_VARIANCE,
+                       "kalman.varPY": POSITION_VARIANCE, "kalman.varPZ": POSITION_VARIANCE,
+                       "range.zrange": 1000.0 * max(0.0, float(st.base_pos[2])),
+                       "sys.canfly": float(bool(info & p.SUP_CAN_FLY)),
+                       "sys.isFlying": float(bool(info & p.SUP_IS_FLYING)),
+                       "sys.isTumbled": float(bool(info & p.SUP_IS_TUMBLED))})
         for i, t in enumerate(self.thrusts):
             values[f"motor.m{i + 1}"] = float(self.thrust_map.curve.command(np.array(t))) * 65535.0
         return values
@@ -307,11 +342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--physics-hz", type=float, default=500.0, help="physics and controller rate")
     parser.add_argument("--start", type=float, nargs=2, default=(0.0, 0.0), metavar=("X", "Y"),
                         help="where on the floor the vehicle boots [m]")
+    parser.add_argument("--start-yaw", type=float, default=0.0, help="heading at boot [deg]")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(args_in)
     logging.basicConfig(level=args.log_level.upper(), format="[crazyflie_emulator] %(levelname)s %(message)s",
                         stream=sys.stdout)
-    vehicle = EmulatedCrazyflie(args.physics_hz, tuple(args.start))
+    vehicle = EmulatedCrazyflie(args.physics_hz, tuple(args.start), math.radians(args.start_yaw))
     try:
         server = CrazyflieUdpServer(vehicle, args.host, args.port)
     except OSError as exc:

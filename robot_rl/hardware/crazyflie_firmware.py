@@ -5,18 +5,28 @@ TOCs, reads and writes parameters, logs, commands and e-stops it:
 
 * link (port 15, crtpservice.c): echo, source ("Bitcraze Crazyflie"), sink; null packets answered;
 * platform (13, platformservice.c): protocol version 12, firmware and device names, legacy arming;
-* memory (4): "0 memories" (the memory subsystem itself is not emulated), so connection setup completes;
+* memory (4, mem.c): one memory, the high-level commander's trajectory memory (info, read, write);
 * log (5, log.c): TOC v2 info/items with a CRC, create/append/delete/start/stop/reset blocks (v1 and v2
   start), 26-byte payload and 16-block limits, periodic data with a 24-bit ms timestamp;
 * param (2, param_logic.c): TOC v2, read, write (echoed), set-by-name, default values; read-only flags;
 * commander (3, crtp_commander_rpyt.c): roll/pitch/yaw/thrust with ``flightmode.stabMode*`` (rate or
   angle), the thrust lock released by a zero-thrust packet, MIN/MAX thrust;
 * generic commander (7, crtp_commander_generic.c): stop, velocity world (+ legacy), hover (+ legacy),
-  full state, position, manual; meta "notify setpoint stop";
+  full state, position, manual; meta "notify setpoint stop" (the streamed setpoint drops to the
+  high-level commander's priority, which takes over at once; its timestamp is set back so that, with
+  ``commander.enHighLevel`` = 0, it expires after the time given: commanderNotifySetpointsStop);
+* high-level commander (8): take-off, land, go-to, stop, group mask, uploaded trajectories
+  (:class:`~robot_rl.hardware.crazyflie_high_level.HighLevelPlanner`), fed each control step at the lowest
+  priority: a streamed setpoint (ports 3 and 7) pre-empts it and stops its planner (commander.c
+  ``commanderSetSetpoint``), "notify setpoint stop" hands control back to it;
 * e-stop: supervisor port 9 (emergency stop, its watchdog, arming, state bitfield), localization port 6
-  (the pre-2025 path), parameter ``stabilizer.stop``.
+  (the pre-2025 path), parameter ``stabilizer.stop``;
+* ``kalman.resetEstimation``: counted and cleared again, as the Kalman estimator does after a reset.
 
-Not emulated: console output, memories (decks, trajectories, Lighthouse), the high-level commander (port 8),
+The tables of contents are :mod:`robot_rl.hardware.crazyflie_toc`'s.
+
+Not emulated: console output, memories other than the trajectory memory (decks, Lighthouse, LEDs),
+compressed high-level trajectories and spirals,
 external position / localization packets, z-distance / alt-hold / CPPM setpoints (ignored, so they do not
 feed the commander watchdog), persistent parameters, bootloader and radio-level packets.
 """
@@ -32,38 +42,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from robot_rl.hardware import crazyflie_protocol as p
+from robot_rl.hardware.crazyflie_high_level import IDLE, HighLevelPlanner
+from robot_rl.hardware.crazyflie_toc import LOG_TOC, PARAM_TOC
+
+__all__ = ["LOG_TOC", "PARAM_TOC", "CrazyflieFirmware", "FirmwareSetpoint"]
 
 log = logging.getLogger(__name__)
 ENOENT, E2BIG, ENOMEM, EEXIST, ENOEXEC = 2, 7, 12, 17, 8
 FIRMWARE_VERSION = "2025.02+robot_rl-emulator"
 DEVICE_TYPE = "CF21 (emulated)"
 
-LOG_TOC: tuple[tuple[str, str, str], ...] = (
-    *(("stateEstimate", n, "float") for n in ("x", "y", "z", "vx", "vy", "vz", "qx", "qy", "qz", "qw")),
-    *(("stateEstimateZ", n, "int16_t") for n in ("x", "y", "z", "vx", "vy", "vz")),
-    ("stateEstimateZ", "quat", "uint32_t"),
-    *(("stateEstimateZ", n, "int16_t") for n in ("rateRoll", "ratePitch", "rateYaw")),
-    ("gyro", "x", "float"), ("gyro", "y", "float"), ("gyro", "z", "float"),
-    ("pm", "vbat", "float"), ("pm", "batteryLevel", "uint8_t"), ("pm", "state", "int8_t"),
-    ("stabilizer", "thrust", "float"),
-    ("motor", "m1", "uint16_t"), ("motor", "m2", "uint16_t"), ("motor", "m3", "uint16_t"), ("motor", "m4", "uint16_t"),
-    ("supervisor", "info", "uint16_t"),
-)
-"""(group, name, C type) of every loggable variable; values come from the vehicle each step."""
-
-PARAM_TOC: tuple[tuple[str, str, str, float, bool], ...] = (
-    ("flightmode", "althold", "uint8_t", 0, False), ("flightmode", "poshold", "uint8_t", 0, False),
-    ("flightmode", "posSet", "uint8_t", 0, False), ("flightmode", "yawMode", "uint8_t", 2, False),
-    ("flightmode", "stabModeRoll", "uint8_t", 1, False), ("flightmode", "stabModePitch", "uint8_t", 1, False),
-    ("flightmode", "stabModeYaw", "uint8_t", 0, False),
-    ("stabilizer", "estimator", "uint8_t", 2, False), ("stabilizer", "controller", "uint8_t", 1, False),
-    ("stabilizer", "stop", "uint8_t", 0, False),
-    ("commander", "enHighLevel", "uint8_t", 0, False),
-    ("crtpsrv", "echoDelay", "uint16_t", 0, False),
-    ("pm", "lowVoltage", "float", 3.2, False),
-    ("firmware", "modified", "uint8_t", 1, True),
-)
-"""(group, name, C type, default, read-only) of every parameter."""
+WDT_SHUTDOWN_S = 2.0
+"""Setpoint age at which a flying vehicle's motors are cut (commander.h COMMANDER_WDT_TIMEOUT_SHUTDOWN)."""
+PRIORITY_DISABLE, PRIORITY_HIGH_LEVEL, PRIORITY_CRTP = 0, 1, 2
+"""Setpoint sources (commander.h): a streamed (CRTP) setpoint pre-empts the high-level commander's."""
 
 
 @dataclass
@@ -142,6 +134,11 @@ class CrazyflieFirmware:
         """CF2.x firmware arms itself (no CONFIG_MOTORS_REQUIRE_ARMING)."""
         self.info_bits = 0
         """supervisor.info, kept up to date by the vehicle."""
+        self.priority = PRIORITY_DISABLE
+        """Source of :attr:`setpoint` (PRIORITY_*)."""
+        self.planner = HighLevelPlanner()
+        self.estimator_resets = 0
+        """``kalman.resetEstimation`` requests since boot."""
         self.unsupported: set[int] = set()
 
     # --- entry point ------------------------------------------------------------------------------------------
@@ -154,7 +151,7 @@ class CrazyflieFirmware:
         handler = {p.PORT_LINK: self._link, p.PORT_PLATFORM: self._platform, p.PORT_MEM: self._mem,
                    p.PORT_LOG: self._log, p.PORT_PARAM: self._param, p.PORT_COMMANDER: self._rpyt,
                    p.PORT_GENERIC_COMMANDER: self._generic, p.PORT_LOCALIZATION: self._localization,
-                   p.PORT_SUPERVISOR: self._supervisor}.get(port)
+                   p.PORT_SUPERVISOR: self._supervisor, p.PORT_HIGH_LEVEL: self._high_level}.get(port)
         if handler is None:
             return []
         try:
@@ -162,6 +159,48 @@ class CrazyflieFirmware:
         except (struct.error, IndexError, ValueError) as exc:
             log.warning("malformed packet on port %d channel %d (%s): %s", port, channel, data.hex(), exc)
             return []
+
+    def high_level_step(self, now: float, position: np.ndarray, velocity: np.ndarray, yaw: float) -> None:
+        """Run the high-level commander for one control step (the state estimate: its starting point when idle).
+
+        Its setpoint replaces :attr:`setpoint` unless a streamed one has priority; with
+        ``commander.enHighLevel`` = 0 it feeds nothing.
+        """
+        if not self.params["commander.enHighLevel"]:
+            return
+        goal = self.planner.goal(now, position, velocity, yaw)
+        if self.priority > PRIORITY_HIGH_LEVEL:
+            return
+        if goal is None:  # idle: the commander wants the motors off
+            self.setpoint = FirmwareSetpoint("stop", now)
+        else:
+            self.setpoint = FirmwareSetpoint("full_state", now, position=goal.position, velocity=goal.velocity,
+                                             acceleration=goal.acceleration, yaw=goal.yaw)
+        self.priority = PRIORITY_HIGH_LEVEL
+
+    def high_level_bits(self, now: float) -> int:
+        """The high-level commander's supervisor.info bits (active, trajectory finished, disabled)."""
+        if not self.params["commander.enHighLevel"]:
+            return p.SUP_HL_DISABLED
+        bits = p.SUP_HL_TRAJ_FINISHED if self.planner.finished(now) else 0
+        if self.priority == PRIORITY_HIGH_LEVEL and self.planner.state != IDLE:
+            bits |= p.SUP_HL_ACTIVE
+        return bits
+
+    def _stream(self, sp: FirmwareSetpoint) -> None:
+        """A streamed setpoint: it takes priority and stops the high-level planner.
+
+        Raises:
+            ValueError: for a NaN or infinite field (refused, the previous setpoint stays in force), which
+                the emulated controller could not follow.
+        """
+        values = np.concatenate([sp.position, sp.velocity, sp.acceleration, sp.rates, sp.angles,
+                                 [sp.yaw, sp.yaw_rate, sp.pwm]])
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"non-finite {sp.kind} setpoint refused")
+        self.setpoint = sp
+        self.priority = PRIORITY_CRTP
+        self.planner.stop()
 
     def due_log_packets(self, values: dict[str, float]) -> list[bytes]:
         """Log data of every running block whose period has elapsed (``values``: name -> current value)."""
@@ -204,9 +243,7 @@ class CrazyflieFirmware:
         return []
 
     def _mem(self, channel: int, data: bytes) -> list[tuple[int, bytes]]:
-        if channel == 0 and data and data[0] == 1:
-            return [(0, bytes([1, 0]))]  # CMD_INFO_NBR: no memories
-        return []
+        return self.planner.memory.handle(channel, data)  # the one memory: the trajectory memory
 
     def _log(self, channel: int, data: bytes) -> list[tuple[int, bytes]]:
         if channel == 0:
@@ -284,8 +321,9 @@ class CrazyflieFirmware:
         if channel == 1:
             return [(1, data[:2] + b"\0" + _c(fmt, self.params[self.param_names[ident]]))]
         if channel == 2 and not self.param_types[ident] & p.PARAM_READ_ONLY:
-            self._set_param(ident, struct.unpack_from(fmt, data, 2)[0])
-            return [(2, data[:2] + _c(fmt, self.params[self.param_names[ident]]))]
+            value = struct.unpack_from(fmt, data, 2)[0]
+            self._set_param(ident, value)
+            return [(2, data[:2] + _c(fmt, value))]  # param_logic.c echoes the value written
         return []
 
     def _param_misc(self, data: bytes) -> list[tuple[int, bytes]]:
@@ -317,6 +355,9 @@ class CrazyflieFirmware:
         self.params[name] = float(value)
         if name == "stabilizer.stop" and value:
             self.estop_requested = "parameter stabilizer.stop"
+        if name == "kalman.resetEstimation" and value:
+            self.estimator_resets += 1  # the exact estimate needs no reset; the flag clears as after one
+            self.params[name] = 0.0
 
     def _rpyt(self, channel: int, data: bytes) -> list[tuple[int, bytes]]:
         if channel != 0:
@@ -335,11 +376,16 @@ class CrazyflieFirmware:
                               rates=body, yaw_rate=float(body[2]))
         sp.angles = np.radians([roll, -pitch])  # cflib packs -pitch: back to right-handed (nose down positive)
         sp.angle_mode = (not rate_roll, not rate_pitch)
-        self.setpoint = sp
+        self._stream(sp)
         return []
 
     def _generic(self, channel: int, data: bytes) -> list[tuple[int, bytes]]:
-        if channel == 1:  # meta: notify setpoint stop -> the high-level commander may take over (not emulated)
+        if channel == 1:  # meta: notify setpoint stop -> the high-level commander may take over
+            if data and data[0] == p.META_NOTIFY_SETPOINT_STOP:
+                remain_ms = struct.unpack_from("<I", data, 1)[0] if len(data) >= 5 else 0
+                if self.setpoint is not None and self.priority == PRIORITY_CRTP:
+                    self.setpoint.stamp = self.clock() - max(0.0, WDT_SHUTDOWN_S - remain_ms / 1000.0)
+                self.priority = min(self.priority, PRIORITY_HIGH_LEVEL)
             return []
         if channel != 0 or not data:
             return []
@@ -377,7 +423,7 @@ class CrazyflieFirmware:
                 log.warning("generic commander setpoint type %d is not emulated: ignored", kind)
             return []
         self.priority_disabled = False
-        self.setpoint = sp
+        self._stream(sp)
         return []
 
     def _localization(self, channel: int, data: bytes) -> list[tuple[int, bytes]]:
@@ -401,8 +447,13 @@ class CrazyflieFirmware:
         elif cmd == p.SUP_EMERGENCY_STOP_WATCHDOG:
             self.estop_watchdog = self.clock()
         elif cmd == p.SUP_ARM:
+            if self.info_bits & p.SUP_IS_LOCKED:  # a locked vehicle stays disarmed until rebooted
+                return [(1, bytes([0x80 | cmd, 0, 0]))]
             self.armed = bool(data[1]) if len(data) > 1 else self.armed
             return [(1, bytes([0x80 | cmd, 1, int(self.armed)]))]
         elif cmd == p.SUP_RECOVER:
             return [(1, bytes([0x80 | cmd, 0, 1]))]  # crashes are not emulated: nothing to recover from
         return []
+
+    def _high_level(self, channel: int, data: bytes) -> list[tuple[int, bytes]]:
+        return [(channel, self.planner.handle(data, self.clock()))]

@@ -285,3 +285,15 @@ def command_name(command: int) -> str:
     """MAV_CMD_COMPONENT_ARM_DISARM, ... for a command id."""
     entry = mavlink.enums["MAV_CMD"].get(int(command))
     return entry.name if entry is not None else f"MAV_CMD_{command}"
+
+
+def parse_datagram(mav: mavlink.MAVLink, data: bytes) -> list[mavlink.MAVLink_message]:
+    """The valid messages of one UDP datagram (BAD_DATA dropped), the parser left empty afterwards.
+
+    A datagram carries whole frames: pymavlink's stream parser would otherwise keep a truncated frame at
+    the end of one datagram and swallow the next datagram's frames (an arm, a disarm) into it.
+    """
+    messages = [m for m in (mav.parse_buffer(data) or []) if m.get_type() != "BAD_DATA"]
+    mav.buf, mav.buf_index = bytearray(), 0
+    mav.expected_length = mavlink.HEADER_LEN_V1 + 2
+    return messages

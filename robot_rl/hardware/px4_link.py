@@ -39,6 +39,7 @@ from robot_rl.hardware.px4_codec import (
     command_name,
     encode_setpoint,
     mode_name,
+    parse_datagram,
     result_name,
 )
 
@@ -71,14 +72,17 @@ class UdpTransport:
         """The socket, for select()."""
         return self.sock.fileno()
 
-    def read(self) -> bytes:
-        """Every datagram waiting now, concatenated (b"" when none)."""
+    datagrams = True
+    """Each chunk read is one datagram of whole frames (parsed on its own)."""
+
+    def read(self) -> list[bytes]:
+        """Every datagram waiting now ([] when none)."""
         chunks: list[bytes] = []
         while True:
             try:
                 data, addr = self.sock.recvfrom(65535)
             except (BlockingIOError, ConnectionRefusedError):
-                return b"".join(chunks)
+                return chunks
             chunks.append(data)
             if self.learn:
                 self.remote = addr
@@ -113,12 +117,16 @@ class SerialTransport:
         """The tty, for select()."""
         return self.fd
 
-    def read(self) -> bytes:
-        """Every byte waiting now."""
+    datagrams = False
+    """A byte stream: frames may straddle reads (the parser keeps the partial one)."""
+
+    def read(self) -> list[bytes]:
+        """Every byte waiting now, as one chunk ([] when none)."""
         try:
-            return os.read(self.fd, 65536)
+            data = os.read(self.fd, 65536)
         except BlockingIOError:
-            return b""
+            return []
+        return [data] if data else []
 
     def write(self, data: bytes) -> None:
         """Bytes to the flight controller (dropped when the tty buffer is full)."""
@@ -201,14 +209,15 @@ class Px4Link:
         """Read and fold in every waiting message (waiting up to ``timeout`` [s] for the first); returns how many."""
         if timeout > 0:
             select.select([self.transport], [], [], timeout)
-        data = self.transport.read()
-        if not data:
+        chunks = self.transport.read()
+        if not chunks:
             return 0
         now = self.clock()
         count = 0
-        for msg in self.mav.parse_buffer(data) or []:
-            if msg.get_type() == "BAD_DATA":
-                continue
+        messages = [m for chunk in chunks for m in (parse_datagram(self.mav, chunk) if self.transport.datagrams
+                                                    else (self.mav.parse_buffer(chunk) or []))
+                    if m.get_type() != "BAD_DATA"]
+        for msg in messages:
             src = msg.get_srcSystem()
             if self.vehicle_system_id and src != self.vehicle_system_id:
                 continue

@@ -176,11 +176,19 @@ class UnitreeBridge:
 
     # --- inputs ------------------------------------------------------------------------------------------------
     def on_state(self, image: np.ndarray, now: float) -> bool:
-        """Take one LowState memory image; False (counted) when its CRC is wrong and it was dropped."""
+        """Take one LowState memory image; False when it was dropped.
+
+        Dropped: a wrong CRC (counted in ``bad_crc``) or a NaN / inf joint or IMU reading (counted in
+        ``rejected``, reason in :attr:`last_refusal`), which the bridge would otherwise hold as a pose to command.
+        """
         if not idl.crc_ok(image):
             self.bad_crc += 1
             return False
         m, imu, n = image["motor_state"], image["imu_state"], self.n
+        fields = (m["q"][:n], m["dq"][:n], m["tau_est"][:n], imu["quaternion"], imu["gyroscope"],
+                  imu["accelerometer"])
+        if not all(np.all(np.isfinite(f)) for f in fields):
+            return self._refuse("LowState with a NaN or infinite joint / IMU reading dropped")
         self.reading = LowStateReading(
             q=m["q"][:n].astype(np.float64), dq=m["dq"][:n].astype(np.float64),
             tau=m["tau_est"][:n].astype(np.float64), quat=imu["quaternion"].astype(np.float64),

@@ -1,7 +1,10 @@
 """One Cyclone DDS participant on a Unitree robot's network: ``rt/lowcmd`` and ``rt/lowstate`` as memory images.
 
 What unitree_sdk2's ``ChannelFactoryInitialize(domain, nic)`` + ``ChannelPublisher``/``ChannelSubscriber`` do
-(a Cyclone domain bound to one interface, topics with default QoS), without the SDK. Samples go in and out
+(a Cyclone domain bound to one interface, topics with default QoS), without the SDK. The domain's
+config (:func:`~robot_rl.hardware.unitree_idl.cyclonedds_config`) discovers as the robot's Cyclone DDS 0.10.x
+does, and the types announce the type information Unitree's idlc generates, so the robot and unitree_sdk2 match
+our endpoints although this is a newer Cyclone. Samples go in and out
 as C memory images (numpy structured scalars, :mod:`robot_rl.hardware.unitree_idl`), the form the CRC is
 defined on; the wire conversion is :class:`~robot_rl.hardware.unitree_idl.CdrCodec`'s byte gather, checked
 against cyclonedds' own serializer at start-up, with the IdlStruct path as the fallback.

@@ -3,7 +3,9 @@
 Runs our MuJoCo G1 paced to wall time and behaves, on the wire, as the robot's motor controller does in debug
 mode: subscribes ``rt/lowcmd`` and drops commands whose CRC is wrong; applies each enabled motor's
 ``tau = kp (q - q_m) + kd (dq - dq_m) + tau`` (clipped to the motor's torque limit) at every physics step from
-the newest valid command, which stays in force until the next one (as in unitree_mujoco); publishes
+the newest valid command, which stays in force until the next one for at most ``--command-timeout`` seconds
+(physics time; unitree_mujoco keeps it forever, ``0`` here): a controller that stops or dies leaves the joints
+damped, never holding stale gains and torques; publishes
 ``rt/lowstate`` at ``--rate-hz`` with motor states, the pelvis IMU (quaternion w x y z, gyroscope,
 accelerometer, rpy) and a valid CRC. Before any command arrives the joints are damped (the G1's debug mode:
 "joints in the damping state") or, with ``--idle limp``, torque-free.
@@ -12,9 +14,16 @@ Support (``--support``), so that a test never depends on a robot falling over: `
 pelvis fixed in the air with the feet off the ground, like the hoist Unitree's bring-up starts from;
 ``band`` holds it with a spring-damper like unitree_mujoco's elastic band; ``none`` stands it on the floor.
 
+Unitree's own SDK talks to it unchanged: the DDS side is :class:`~robot_rl.hardware.unitree_dds.UnitreeDds`,
+whose types and discovery match the Cyclone DDS 0.10.x of unitree_sdk2 (see
+:func:`~robot_rl.hardware.unitree_idl.cyclonedds_config`; tests/test_vendor_unitree_sdk.py runs far-unitree-sdk
+against it on ``lo`` and across a veth pair).
+
 Not emulated: motor temperatures, voltages and error bits (constant), the wireless remote (zeros), the
-torso IMU and the hands; the A/B ankle mode (``mode_pr = 1``) is treated as pitch/roll. H1 (``unitree_go``)
-is not emulated.
+torso IMU and the hands; the A/B ankle mode (``mode_pr = 1``) is treated as pitch/roll; the robot's other
+topics and services (``rt/lf/lowstate``, sport/loco mode, the MotionSwitcher RPC a real G1 needs before it
+obeys ``rt/lowcmd``); a command whose ``mode_machine`` differs from the robot's is applied, not ignored.
+H1 (``unitree_go``) is not emulated.
 """
 
 from __future__ import annotations
@@ -65,6 +74,8 @@ class EmulatorConfig:
     """LowState publish rate [Hz]."""
     mode_machine: int = 5
     """Robot type code reported in LowState (the bridge echoes it)."""
+    command_timeout_s: float = 0.5
+    """A command older than this (physics time) is dropped and the joints damped until the next; 0: never."""
 
     def __post_init__(self) -> None:
         hg = [name for name, d in DESCRIPTIONS.items() if "unitree_hg" in d.bridges]
@@ -74,6 +85,8 @@ class EmulatorConfig:
             raise ValueError(f"support must be one of {SUPPORTS} and idle damping|limp")
         if not (0 < self.rate_hz <= self.physics_hz and self.physics_hz <= 5000):
             raise ValueError("need 0 < rate_hz <= physics_hz <= 5000")
+        if not self.command_timeout_s >= 0:
+            raise ValueError(f"command_timeout_s must be >= 0, got {self.command_timeout_s}")
 
 
 class G1Emulator:
@@ -111,7 +124,11 @@ class G1Emulator:
         self._band_anchor = np.array([0.0, 0.0, GANTRY_HEIGHT])
         self.command: idl.MotorCommands | None = None
         self.torque = np.zeros(self.n)
-        self.received = self.bad_crc = 0
+        self.received = self.bad_crc = self.timeouts = 0
+        self.command_time = 0.0
+        """Physics time of the newest valid command."""
+        self.timed_out = False
+        """The last command went stale: damping (whatever ``idle`` says) until the next one."""
         self.t0 = time.monotonic()
 
     def apply(self, image: np.ndarray) -> bool:
@@ -121,14 +138,20 @@ class G1Emulator:
             return False
         self.received += 1
         self.command = idl.image_commands(image)
+        self.command_time, self.timed_out = self.data.time, False
         return True
 
     def _motor_pd(self) -> np.ndarray:
         d, n = self.data, self.n
         q, dq = d.qpos[self.index.qpos], d.qvel[self.index.qvel]
+        timeout = self.config.command_timeout_s
+        if self.command is not None and timeout > 0 and d.time - self.command_time > timeout:
+            self.command, self.timed_out = None, True  # the controller fell silent: fail safe
+            self.timeouts += 1
         cmd = self.command
         if cmd is None:
-            tau = -self.config.idle_kd * dq if self.config.idle == "damping" else np.zeros(n)
+            damp = self.timed_out or self.config.idle == "damping"
+            tau = -self.config.idle_kd * dq if damp else np.zeros(n)
         else:
             on = cmd.mode[:n] == idl.MOTOR_ENABLE
             tau = cmd.kp[:n] * (cmd.q[:n] - q) + cmd.kd[:n] * (cmd.dq[:n] - dq) + cmd.tau[:n]
@@ -185,6 +208,7 @@ class G1Emulator:
             if reason:
                 print(f"unitree_emulator: {reason}; resetting", flush=True)
                 mujoco.mj_resetData(self.model, self.data)
+                self.command_time = 0.0
             dds.write(self.lowstate())
             now = time.monotonic()
             if log and now >= next_log:
@@ -210,10 +234,13 @@ def parse_args(argv: Sequence[str] | None) -> EmulatorConfig:
     parser.add_argument("--physics-hz", type=float, default=1000.0)
     parser.add_argument("--rate-hz", type=float, default=500.0)
     parser.add_argument("--mode-machine", type=int, default=5)
+    parser.add_argument("--command-timeout", type=float, default=0.5,
+                        help="seconds a LowCmd stays in force without a newer one, then damping (0: forever)")
     args, _ = parser.parse_known_args(argv)  # tolerate --ros-args from a launch file
     return EmulatorConfig(domain_id=args.domain_id, interface=args.interface, robot=args.robot,
                           support=args.support, idle=args.idle, physics_hz=args.physics_hz,
-                          rate_hz=args.rate_hz, mode_machine=args.mode_machine)
+                          rate_hz=args.rate_hz, mode_machine=args.mode_machine,
+                          command_timeout_s=args.command_timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -231,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"unitree_emulator: {config.robot} on DDS domain {config.domain_id} ({config.interface or 'any'}), "
           f"support {config.support}, {config.rate_hz:g} Hz state, {config.physics_hz:g} Hz physics", flush=True)
     emulator.run(dds, stop)
-    print(f"unitree_emulator: stopped; {emulator.received} commands applied, {emulator.bad_crc} bad CRC",
-          flush=True)
+    print(f"unitree_emulator: stopped; {emulator.received} commands applied, {emulator.bad_crc} bad CRC, "
+          f"{emulator.timeouts} command timeouts", flush=True)
     dds.close()
     return 0

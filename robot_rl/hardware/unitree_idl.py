@@ -12,6 +12,13 @@ interface config + a participant; channels = topics with default QoS). Declaring
 module path as typename, field names, order, types, ``@final``) with cyclonedds is therefore byte-compatible
 with the robot: same topic names, same XTypes type information, same CDR on the wire.
 
+The IDL's ``octet`` members are declared ``types.byte`` (XTypes TK_BYTE), not ``types.uint8`` (TK_UINT8, which
+unitree_sdk2_python uses): with uint8 the type objects differ from what Unitree's idlc-generated C++ code
+(Cyclone 0.10.x) carries, so a 0.10.x peer does not know our type identifiers, asks for the type objects, finds
+TK_UINT8 (an XTypes 1.3 kind it does not support) and fails ("ddsi_xt_type_init_impl with invalid type
+object"; far-unitree-sdk 0.1.8 then crashes). With ``byte`` our TypeInformation and TypeMapping are byte for byte
+those in far-unitree-sdk's compiled unitree_hg types (checked in tests/test_vendor_unitree_sdk.py).
+
 Message families: G1 and H1-2 use ``unitree_hg`` (35 motor slots, ``mode_pr``/``mode_machine``). The original
 H1 (and Go2/B2) use ``unitree_go`` (``unitree_go.msg.dds_.LowCmd_``: head, level_flag, 20 motor_cmd, bms,
 wireless_remote, led, fan, gpio, crc; LowState_ with foot_force): not declared here (this package has no H1
@@ -27,6 +34,9 @@ it is rebuilt here with numpy aligned dtypes (sizes 1004 and 2092 bytes, as the 
 
 # No `from __future__ import annotations`: cyclonedds resolves the field annotations at runtime (they are IDL
 # types, not PEP 484 ones, hence the mypy codes disabled above; messages are handled as Any below).
+import fcntl
+import socket
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -52,7 +62,7 @@ MOTOR_ENABLE = 1
 class MotorCmd_(idl.IdlStruct, typename="unitree_hg.msg.dds_.MotorCmd_"):
     """One motor's command: ``tau = kp (q - q_m) + kd (dq - dq_m) + tau``."""
 
-    mode: types.uint8
+    mode: types.byte
     q: types.float32
     dq: types.float32
     tau: types.float32
@@ -67,7 +77,7 @@ class MotorCmd_(idl.IdlStruct, typename="unitree_hg.msg.dds_.MotorCmd_"):
 class MotorState_(idl.IdlStruct, typename="unitree_hg.msg.dds_.MotorState_"):
     """One motor's measured state."""
 
-    mode: types.uint8
+    mode: types.byte
     q: types.float32
     dq: types.float32
     ddq: types.float32
@@ -98,8 +108,8 @@ class IMUState_(idl.IdlStruct, typename="unitree_hg.msg.dds_.IMUState_"):
 class LowCmd_(idl.IdlStruct, typename="unitree_hg.msg.dds_.LowCmd_"):
     """``rt/lowcmd``: 35 motor commands, the ankle mode, the robot type echoed, and the CRC."""
 
-    mode_pr: types.uint8
-    mode_machine: types.uint8
+    mode_pr: types.byte
+    mode_machine: types.byte
     motor_cmd: types.array[MotorCmd_, NUM_MOTORS]
     reserve: types.array[types.uint32, 4]
     crc: types.uint32
@@ -112,12 +122,12 @@ class LowState_(idl.IdlStruct, typename="unitree_hg.msg.dds_.LowState_"):
     """``rt/lowstate``: motor states, IMU, remote bytes, tick [ms] and the CRC."""
 
     version: types.array[types.uint32, 2]
-    mode_pr: types.uint8
-    mode_machine: types.uint8
+    mode_pr: types.byte
+    mode_machine: types.byte
     tick: types.uint32
     imu_state: IMUState_
     motor_state: types.array[MotorState_, NUM_MOTORS]
-    wireless_remote: types.array[types.uint8, 40]
+    wireless_remote: types.array[types.byte, 40]
     reserve: types.array[types.uint32, 4]
     crc: types.uint32
 
@@ -196,9 +206,10 @@ def unitree_crc(image: bytes | np.ndarray) -> int:
     Equal to :func:`crc32_core` of the little-endian words (tested); computed with per-position tables in
     numpy (~20 us for a LowState) so a 500 Hz loop can check every message.
     """
-    raw = np.frombuffer(bytes(image) if not isinstance(image, np.ndarray) else image.tobytes(), dtype="<u4")
-    if raw.size < 2:
-        raise ValueError("unitree_crc: needs at least two 32-bit words")
+    data = bytes(image) if not isinstance(image, np.ndarray) else image.tobytes()
+    if len(data) < 8 or len(data) % 4:
+        raise ValueError(f"unitree_crc: needs at least two whole 32-bit words, got {len(data)} bytes")
+    raw = np.frombuffer(data, dtype="<u4")
     stream = np.frombuffer(raw[:-1].astype(">u4").tobytes(), dtype=np.uint8)
     tables, zeros = _positional(stream.size)
     return int(zeros ^ np.bitwise_xor.reduce(tables[np.arange(stream.size), stream]))
@@ -358,13 +369,55 @@ LOWCMD_CDR = CdrCodec(LOWCMD_C)
 LOWSTATE_CDR = CdrCodec(LOWSTATE_C)
 
 
-def cyclonedds_config(interface: str | None) -> str:
-    """Cyclone DDS XML binding the participant to one network interface (as unitree_sdk2's ChannelFactory does).
+IFF_MULTICAST = 0x1000
+"""Linux ``<net/if.h>`` flag: the interface can send and receive multicast (``lo`` cannot)."""
+SIOCGIFADDR = 0x8915
+"""Linux ioctl: an interface's IPv4 address."""
 
-    On the real robot: the NIC on 192.168.123.0/24 (e.g. ``enp3s0``); ``lo`` for an emulator on this machine.
-    None lets Cyclone pick (autodetermine).
+
+def interface_multicast(interface: str) -> bool:
+    """Whether ``interface`` has IFF_MULTICAST (``/sys/class/net/<if>/flags``); False if it cannot be read."""
+    try:
+        with open(f"/sys/class/net/{interface}/flags", encoding="ascii") as f:
+            return bool(int(f.read().strip(), 16) & IFF_MULTICAST)
+    except (OSError, ValueError):
+        return False
+
+
+def interface_ipv4(interface: str) -> str | None:
+    """The IPv4 address of ``interface`` (``127.0.0.1`` for ``lo``), or None if it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            req = struct.pack("256s", interface.encode()[:15])
+            return socket.inet_ntoa(fcntl.ioctl(sock.fileno(), SIOCGIFADDR, req)[20:24])
+        except OSError:
+            return "127.0.0.1" if interface == "lo" else None
+
+
+def cyclonedds_config(interface: str | None) -> str:
+    """Cyclone DDS XML binding the participant to one network interface, discovering as Cyclone 0.10.x does.
+
+    Unitree's robots and unitree_sdk2 use Cyclone DDS 0.10.x; this process uses a newer Cyclone, whose discovery
+    differs on an interface without multicast. There 0.10.x disables multicast ("selected interface is not
+    multicast-capable: disabling multicast") and sends discovery by unicast to the participant-index ports of
+    the interface's own address, whereas newer Cyclone still multicasts on ``lo`` (Linux delivers it), so by
+    default neither hears the other. On such an interface (``lo``) this config therefore does what 0.10.x does:
+    ``AllowMulticast`` false, ``ParticipantIndex`` auto (a well-known unicast discovery port) and the
+    interface's address as the only peer. On a multicast-capable NIC (the robot's 192.168.123.0/24 Ethernet, a
+    veth) both versions discover by SPDP multicast, so Cyclone's defaults are kept. None lets Cyclone pick the
+    interface (autodetermine). The other half of interoperability, type information 0.10.x can parse, is the
+    IDL above (``octet`` members, see :data:`LowCmd_`).
     """
-    nic = (f'<NetworkInterface name="{interface}" priority="default" multicast="default"/>' if interface
-           else '<NetworkInterface autodetermine="true" priority="default" multicast="default"/>')
+    if not interface:
+        nic = '<NetworkInterface autodetermine="true" priority="default" multicast="default"/>'
+        return (f'<?xml version="1.0" encoding="UTF-8"?><CycloneDDS><Domain Id="any"><General><Interfaces>{nic}'
+                "</Interfaces></General></Domain></CycloneDDS>")
+    nic = f'<NetworkInterface name="{interface}" priority="default" multicast="default"/>'
+    general, discovery = "", ""
+    address = None if interface_multicast(interface) else interface_ipv4(interface)
+    if address is not None:
+        general = "<AllowMulticast>false</AllowMulticast>"
+        discovery = (f'<Discovery><ParticipantIndex>auto</ParticipantIndex><Peers><Peer address="{address}"/>'
+                     "</Peers></Discovery>")
     return (f'<?xml version="1.0" encoding="UTF-8"?><CycloneDDS><Domain Id="any"><General><Interfaces>{nic}'
-            "</Interfaces></General></Domain></CycloneDDS>")
+            f"</Interfaces>{general}</General>{discovery}</Domain></CycloneDDS>")

@@ -82,7 +82,7 @@ def run_actor(cfg: OnlineConfig, run: str | Path, index: int = 0, progress: bool
     """Run ``cfg.actor.episodes`` episodes as actor ``index``; returns (and logs) one record per episode.
 
     ``sender``: where the transitions go (default: the learner of ``run`` on this machine); a
-    :class:`~robot_rl.fleet.tcp_transport.TcpActorClient` for a learner on another machine (its weights
+    :class:`~robot_rl.fleet.tcp_actor.TcpActorClient` for a learner on another machine (its weights
     arrive in ``run/weights``). ``stop``: set it to end the run after the current episode (SIGTERM and
     SIGINT do the same when this runs on the main thread).
     """

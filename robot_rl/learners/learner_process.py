@@ -12,13 +12,15 @@ the demonstrations in half of every batch) and ``dsrl`` (SAC in the frozen polic
 Run folder layout (everything a restart needs; nothing pickled)::
 
     <run>/learner.json          address of the transition socket (+ the learner's pid)
-    <run>/learner.key           HMAC key actors authenticate with (mode 0600, kept across restarts)
+    <run>/learner.key           HMAC key actors authenticate with (mode 0600, refused if others may read it)
     <run>/weights/v<N>/         published weights, newest 3 kept: a policy (model.safetensors + policy.json)
                                 or a SAC actor (actor.safetensors + actor.json; residual, rlpd)
     <run>/checkpoint/state/     HG-DAgger: policy + optimizer + counters (atomic folder swap)
     <run>/checkpoint/sac/       residual / rlpd: actor, critics, optimisers, counters (atomic folder swap)
     <run>/checkpoint/steps/     every received transition (append-only safetensors chunks)
     <run>/checkpoint/interventions/  the human-controlled steps
+    <run>/checkpoint/identity.json   what the checkpoint belongs to (algorithm, tasks, observation keys, base):
+                                a learner of another config is refused on this folder, never mixed in
     <run>/deployed/v<N>/        with ``learner.gate``: copies of deployed versions (robot_rl.learners.deployment_gate)
     <run>/checkpoint/gate.json  with ``learner.gate``: which version is deployed, which is on trial, their outcomes
     <run>/learner_log.jsonl     one line per publish: updates, loss, steps, version, time, the means of the
@@ -114,6 +116,41 @@ class LearnerAlgorithm(Protocol):
         """Save everything a restart needs into the run's ``checkpoint/``."""
 
 
+IDENTITY_FILE = "identity.json"
+
+
+def run_identity(cfg: OnlineConfig) -> dict[str, Any]:
+    """What a checkpoint's buffers and networks are tied to: a learner differing in any of it must not resume.
+
+    The algorithm, the tasks (their observation and action spaces) and the algorithm's observation keys and
+    base; learning rates and the like may change between restarts.
+    """
+    section = registry.of(cfg.learner).section(cfg.learner)
+    keys, base = getattr(section, "state_keys", None), getattr(section, "base", None)
+    return {"algorithm": cfg.learner.algorithm, "tasks": cfg.task_ids(),
+            "state_keys": None if keys is None else list(keys), "base": base}
+
+
+def check_identity(cfg: OnlineConfig, checkpoint: Path, resuming: bool) -> None:
+    """Refuse (ValueError) a checkpoint of another config; a fresh one (or one from before identities) gets ours."""
+    file, mine = checkpoint / IDENTITY_FILE, run_identity(cfg)
+    if resuming and file.is_file():
+        theirs = json.loads(file.read_text(encoding="utf-8"))
+        tasks = theirs.get("tasks") or []
+        if mine["tasks"][: len(tasks)] == tasks:  # tasks appended keep every stored step's task number
+            theirs["tasks"] = mine["tasks"]
+        diff = [f"{k}: {theirs.get(k)!r} there, {v!r} here" for k, v in mine.items() if theirs.get(k) != v]
+        if diff:
+            raise ValueError(f"{checkpoint}: holds a run of another config ({'; '.join(diff)}); restart with "
+                             f"the run's own config or use a new run folder")
+        if len(mine["tasks"]) == len(tasks):
+            return
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(mine), encoding="utf-8")
+    os.replace(tmp, file)
+
+
 def make_algorithm(cfg: OnlineConfig, checkpoint: Path) -> LearnerAlgorithm:
     """The learner side of the algorithm ``cfg.learner.algorithm`` names, resumed from ``checkpoint`` if it has one."""
     algorithm: LearnerAlgorithm = registry.of(cfg.learner).make_learner(cfg, checkpoint)
@@ -136,6 +173,7 @@ class OnlineLearner:
         self.gate: GatedPublisher | None = None
         """The deployment gate (``learner.gate.enabled``): new versions go out on trial."""
         """Per actor of this machine's socket (episode ids of actor i start at 1_000_000 * i): counters."""
+        check_identity(cfg, self.ckpt, resuming=read_commit(self.ckpt) is not None)  # before anything is cut
         commit = self._restore_commit()
         self.algorithm = make_algorithm(cfg, self.ckpt)
         if commit is not None and commit.get("held"):
@@ -305,13 +343,12 @@ class OnlineLearner:
         lc, fleet = self.cfg.learner, self.cfg.fleet
         address = socket_address(self.run_dir)
         key = load_or_create_key(self.run_dir)
+        if fleet.listen:  # first: a refused address (plaintext off loopback, a readable TLS key) opens nothing
+            self.tcp = self._serve_tcp(key)
         if os.path.exists(address):
             os.unlink(address)  # a stale socket of a killed learner
         server = SocketTransitionServer(address, key)
-        receivers: list[Any] = [server]
-        if fleet.listen:
-            self.tcp = self._serve_tcp(key)
-            receivers.append(self.tcp)
+        receivers: list[Any] = [server] + ([] if self.tcp is None else [self.tcp])
         status = FleetStatus(self.run_dir)
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -367,14 +404,20 @@ class OnlineLearner:
 
     # ----------------------------------------------------------------------------- fleet
     def _serve_tcp(self, key: bytes) -> TcpTransitionServer:
-        """The TCP endpoint of ``fleet.listen`` (TLS with ``fleet.tls_cert``); actors get the run's config."""
+        """The TCP endpoint of ``fleet.listen`` (TLS with ``fleet.tls_cert``); actors get the run's config.
+
+        Plaintext on a non-loopback address is refused (InsecureTransportError) unless ``fleet.allow_plaintext``,
+        ``--insecure`` or ``ROBOT_RL_ALLOW_PLAINTEXT`` opts out; a TLS key readable by others is refused
+        (InsecureFileError).
+        """
         fleet = self.cfg.fleet
         host, port = parse_address(fleet.listen)
         tls = tls_server_context(fleet.tls_cert, fleet.tls_key) if fleet.tls_cert else None
         config = (self.run_dir / CONFIG_FILE).read_text(encoding="utf-8") if (self.run_dir / CONFIG_FILE).is_file() \
             else None
         return TcpTransitionServer(key, self.inbox, host, port, tls=tls,
-                                   welcome={"config": config, "marker": self.algorithm.marker})
+                                   welcome={"config": config, "marker": self.algorithm.marker},
+                                   allow_plaintext=True if fleet.allow_plaintext else None)  # None: the env var
 
     def _broadcast(self, version: int) -> None:
         """Offer version ``version`` (already on disk) to the TCP actors."""

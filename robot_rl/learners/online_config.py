@@ -152,6 +152,10 @@ class FleetConfig:
     """PEM private key of ``tls_cert``."""
     tls_ca: str = ""
     """PEM certificate(s) actors check the learner's against (its own certificate when self-signed)."""
+    allow_plaintext: bool = False
+    """Allow plaintext TCP (no TLS) on a non-loopback ``listen`` address, logged as an INSECURE warning: robot
+    data and weights then cross the network unencrypted. Off, plaintext is refused there (as without
+    ``--insecure`` or ``ROBOT_RL_ALLOW_PLAINTEXT=1``, which allow it too); loopback is always allowed."""
     status_every_s: float = 2.0
     """How often the learner writes ``fleet_status.json`` (``robot-rl online status``) and TensorBoard scalars."""
     ack_wait_s: float = 60.0

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.config import save_config
+from robot_rl.fleet.security import PLAINTEXT_ENV, check_transport, is_loopback, plaintext_allowed
 from robot_rl.fleet.transport import load_or_create_key
-from robot_rl.fleet.wire import CONFIG_FILE, pack_weights
+from robot_rl.fleet.wire import CONFIG_FILE, pack_weights, parse_address
 from robot_rl.learners.online import OnlineResult, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
 
@@ -67,7 +68,8 @@ class LearnerWorker:
             if self.error or not self._thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"the learner did not come up: {self.error or 'timeout'}")
             time.sleep(0.05)
-        return ray.util.get_node_ip_address(), int(self.learner.tcp.address[1])
+        host, port = self.learner.tcp.address[:2]
+        return (host if is_loopback(host) else ray.util.get_node_ip_address()), int(port)
 
     def where(self) -> dict[str, Any]:
         """The Ray node and the process this learner runs in."""
@@ -115,20 +117,23 @@ class ActorWorker:
         self._done = threading.Event()
 
     def run(self, learner: Any, address: tuple[str, int], key: bytes, run_id: str, index: int,
-            overrides: list[str]) -> list[dict[str, Any]]:
+            overrides: list[str], tls_ca: str = "") -> list[dict[str, Any]]:
         """Run the actor's episodes; its outbox and weights live on this node's disk under the run's id.
 
-        Transitions go over TCP (acknowledged, exactly once); weights come from Ray's object store.
+        Transitions go over TCP (acknowledged, exactly once; TLS checked against ``tls_ca`` when given, a file
+        on this node); weights come from Ray's object store.
         """
         import ray
 
         from robot_rl.fleet.fleet_status import this_host
         from robot_rl.fleet.remote_run import RemoteRun
+        from robot_rl.fleet.wire import tls_client_context
         from robot_rl.learners.actor_process import run_remote_actor
 
         workdir = Path(tempfile.gettempdir()) / "robot_rl_fleet" / run_id / f"actor-{index}"
         remote = RemoteRun((address[0], address[1]), key, workdir, f"ray-{index}", info={"host": this_host()},
-                           resolve=LearnerAddress(learner), weights="ray")
+                           resolve=LearnerAddress(learner), weights="ray",
+                           tls=tls_client_context(tls_ca) if tls_ca else None)
         follow = threading.Thread(target=self._follow, args=(learner, remote.folder / "weights"), daemon=True)
         follow.start()
         try:
@@ -204,8 +209,13 @@ def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, b
 
     run = Path(run).resolve()
     run.mkdir(parents=True, exist_ok=True)
-    if not cfg.fleet.listen:
-        cfg.fleet.listen = "0.0.0.0:0"
+    if not cfg.fleet.listen:  # a Ray cluster we start here is this machine: loopback, no TLS needed
+        local = not (address or cfg.fleet.ray_address or ray.is_initialized())
+        cfg.fleet.listen = "127.0.0.1:0" if local else "0.0.0.0:0"
+    # Ray's nodes reach the learner over the network: TLS (fleet.tls_cert + fleet.tls_ca) or the explicit opt-out,
+    # refused here rather than in a Ray actor's traceback; the opt-out travels to the Ray workers' environment
+    check_transport(parse_address(cfg.fleet.listen)[0], bool(cfg.fleet.tls_cert), "Ray fleet learner")
+    runtime_env: dict[str, Any] = {"runtime_env": {"env_vars": {PLAINTEXT_ENV: "1"}}} if plaintext_allowed() else {}
     for stale in [run / "STOP", *run.glob("actor_*.jsonl")]:
         stale.unlink(missing_ok=True)
     save_config(cfg, run / CONFIG_FILE)
@@ -213,12 +223,15 @@ def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, b
     run_id = hashlib.sha1(str(run).encode()).hexdigest()[:12]
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address or cfg.fleet.ray_address or None, include_dashboard=False, log_to_driver=False,
+        # None: a new local cluster, never whatever /tmp/ray/ray_current_cluster names (a stopped `ray start`
+        # leaves it behind, and ray.init(address=None) would then wait on a dead head)
+        ray.init(address=address or cfg.fleet.ray_address or "local", include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING)
     t0 = time.perf_counter()
     res = dict(cfg.fleet.learner_resources)
     learner_opts = {"num_cpus": res.pop("num_cpus", 1.0), "num_gpus": res.pop("num_gpus", 0.0), "resources": res,
-                    "max_concurrency": 4, "max_restarts": cfg.fleet.learner_restarts, "max_task_retries": -1}
+                    "max_concurrency": 4, "max_restarts": cfg.fleet.learner_restarts, "max_task_retries": -1,
+                    **runtime_env}
     learner: Any = ray.remote(LearnerWorker).options(**learner_opts).remote(str(run))
     workers: list[Any] = []
     try:
@@ -227,9 +240,12 @@ def run_on_ray(cfg: OnlineConfig, run: str | Path, address: str | None = None, b
                                                           "address": list(learner_address)}), encoding="utf-8")
         ares = dict(cfg.fleet.actor_resources)
         actor_opts = {"num_cpus": ares.pop("num_cpus", 1.0), "num_gpus": ares.pop("num_gpus", 0.0),
-                      "resources": ares, "max_concurrency": 2, "scheduling_strategy": cfg.fleet.actor_strategy}
+                      "resources": ares, "max_concurrency": 2, "scheduling_strategy": cfg.fleet.actor_strategy,
+                      # a dead node's actors start again elsewhere (same budget as the learner's) and re-run
+                      "max_restarts": cfg.fleet.learner_restarts, "max_task_retries": -1, **runtime_env}
         workers = [ray.remote(ActorWorker).options(**actor_opts).remote() for _ in range(cfg.actors)]
-        refs = {w.run.remote(learner, learner_address, key, run_id, i, (actor_overrides or [[]] * cfg.actors)[i]): i
+        refs = {w.run.remote(learner, learner_address, key, run_id, i, (actor_overrides or [[]] * cfg.actors)[i],
+                             cfg.fleet.tls_ca): i
                 for i, w in enumerate(workers)}
         records: dict[int, list[dict[str, Any]]] = {}
         bar = tqdm(total=cfg.actors, desc="ray actors", unit="actor", disable=not progress)

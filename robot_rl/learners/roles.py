@@ -2,6 +2,7 @@
 
     python -m robot_rl.learners.roles learner --run runs/online [--max-seconds 600]
     python -m robot_rl.learners.roles actor --run runs/online --index 1
+    python -m robot_rl.learners.roles actor --connect 10.0.0.5:7450 --secret-file learner.key --insecure
 
 Both read the run folder's ``online.yaml``. :func:`robot_rl.learners.online.run_online` starts its
 child processes with this module, so the core never goes back through the command line; ``robot-rl
@@ -40,11 +41,16 @@ def _say(line: str) -> None:
 
 
 def run_learner(run: str | Path, max_seconds: float | None = None,
-                log: Callable[[str], None] = _say) -> dict[str, Any]:
-    """Serve a run folder's learner until stopped; returns its final counters."""
+                log: Callable[[str], None] = _say, allow_plaintext: bool = False) -> dict[str, Any]:
+    """Serve a run folder's learner until stopped; returns its final counters.
+
+    ``allow_plaintext`` (``--insecure``): as ``fleet.allow_plaintext`` in the run's config.
+    """
     from robot_rl.learners.learner_process import OnlineLearner
 
-    learner = OnlineLearner(load_run_config(run), Path(run))
+    cfg = load_run_config(run)
+    cfg.fleet.allow_plaintext = cfg.fleet.allow_plaintext or allow_plaintext
+    learner = OnlineLearner(cfg, Path(run))
     if learner.resumed_from:
         log(f"resumed from the checkpoint: {learner.resumed_from}")
     result = learner.run(max_seconds)
@@ -63,15 +69,20 @@ def run_actor_role(run: str | Path, index: int = 0, log: Callable[[str], None] =
 
 def run_remote_actor_role(connect: str, secret_file: str | Path, workdir: str | Path, index: int | None = None,
                           name: str = "", tls_ca: str = "", overrides: Sequence[str] = (),
-                          log: Callable[[str], None] = _say) -> list[dict[str, Any]]:
-    """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes."""
+                          log: Callable[[str], None] = _say, allow_plaintext: bool = False) -> list[dict[str, Any]]:
+    """An actor on another machine: join the learner at ``connect`` (host:port) and run the run's episodes.
+
+    ``allow_plaintext`` (``--insecure``): connect without TLS to a non-loopback learner (else only
+    ``ROBOT_RL_ALLOW_PLAINTEXT=1`` allows it; the run's config is not known before joining).
+    """
     from robot_rl.fleet.fleet_status import this_host
     from robot_rl.fleet.remote_run import RemoteRun
     from robot_rl.fleet.wire import tls_client_context
     from robot_rl.learners.actor_process import run_remote_actor
 
     remote = RemoteRun(parse_address(connect), read_secret(secret_file), workdir, name or f"{this_host()}-{index or 0}",
-                       tls_client_context(tls_ca) if tls_ca else None, {"host": this_host()})
+                       tls_client_context(tls_ca) if tls_ca else None, {"host": this_host()},
+                       allow_plaintext=True if allow_plaintext else None)  # None: the environment variable
     records = run_remote_actor(remote, index, list(overrides))
     who = name or (records[0]["actor"] if records else index)
     log(f"actor {who}: {sum(r['success'] for r in records)}/{len(records)} episodes succeeded")
@@ -134,13 +145,14 @@ def add_role_parsers(sub: Any) -> None:
 
 def run_role(args: argparse.Namespace) -> None:
     """Run the learner or actor role that parsed ``args`` name."""
+    insecure = bool(getattr(args, "insecure", False))
     if args.role == "learner":
-        run_learner(args.run, args.max_seconds)
+        run_learner(args.run, args.max_seconds, allow_plaintext=insecure)
     elif args.connect:
         if not args.secret_file:
             raise ValueError("actor --connect needs --secret-file (a copy of the run's learner.key)")
         run_remote_actor_role(args.connect, args.secret_file, args.workdir or "robot_rl_actor", args.index,
-                              args.name, args.tls_ca, args.overrides)
+                              args.name, args.tls_ca, args.overrides, allow_plaintext=insecure)
     elif args.run:
         run_actor_role(args.run, args.index or 0)
     else:
@@ -150,7 +162,12 @@ def run_role(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the child processes."""
     parser = argparse.ArgumentParser(prog="python -m robot_rl.learners.roles", description=__doc__.split("\n")[0])
-    add_role_parsers(parser.add_subparsers(dest="role", required=True))
+    sub = parser.add_subparsers(dest="role", required=True)
+    add_role_parsers(sub)
+    for role in sub.choices.values():  # here, not in add_role_parsers: robot-rl online adds its own --insecure
+        role.add_argument("--insecure", action="store_true",
+                          help="allow plaintext TCP on a non-loopback address (no TLS): robot data and weights cross "
+                               "the network unencrypted; logged as an INSECURE warning")
     args = parser.parse_args(argv)
     if args.exit_with_parent is not None:
         exit_with_parent(args.exit_with_parent)

@@ -17,7 +17,9 @@ name and shape before anything is copied, and raises :class:`CheckpointError` na
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -26,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn import functional as F
@@ -325,12 +327,24 @@ class Policy(nn.Module):
                 "config": config_to_dict(self.config), "spec": self.spec.to_json(), "task": self.task}
 
     def save(self, path: str | Path) -> Path:
-        """Write ``model.safetensors`` and ``policy.json`` into folder ``path`` (created)."""
+        """Write ``model.safetensors`` and ``policy.json`` into folder ``path`` (created).
+
+        Both go to temporary files renamed over the old ones, so a failed save (disk full) leaves the previous
+        checkpoint loadable; the failure is one OSError naming the folder.
+        """
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()}
-        save_file(tensors, str(path / WEIGHTS_FILE), metadata={"type": self.name, "version": str(self.version)})
-        (path / META_FILE).write_text(json.dumps(self.metadata(), indent=2), encoding="utf-8")
+        tmp_weights, tmp_meta = path / f".{WEIGHTS_FILE}.tmp", path / f".{META_FILE}.tmp"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            save_file(tensors, str(tmp_weights), metadata={"type": self.name, "version": str(self.version)})
+            tmp_meta.write_text(json.dumps(self.metadata(), indent=2), encoding="utf-8")
+            os.replace(tmp_weights, path / WEIGHTS_FILE)
+            os.replace(tmp_meta, path / META_FILE)
+        except (OSError, SafetensorError) as exc:
+            for tmp in (tmp_weights, tmp_meta):
+                tmp.unlink(missing_ok=True)
+            raise save_failed(path, exc) from exc
         return path
 
     @classmethod
@@ -339,17 +353,31 @@ class Policy(nn.Module):
         from robot_rl.policies import get_policy_class
 
         meta = read_metadata(path)
-        klass = get_policy_class(meta["type"])
+        file = Path(path) / META_FILE
+        try:
+            klass = get_policy_class(meta["type"])
+        except ValueError as exc:
+            raise CheckpointError(f"{file}: {exc}") from exc
         if cls is not Policy and not issubclass(klass, cls):
             raise CheckpointError(f"{path}: holds a {meta['type']!r} policy, not a {cls.name!r} policy")
-        config = load_config(klass.config_cls, meta["config"])
+        try:
+            config = load_config(klass.config_cls, meta["config"])
+        except ValueError as exc:
+            raise ConfigError(f"{file}: malformed 'config' ({_first_line(exc)})") from exc
         try:
             spec = PolicySpec.from_json(meta["spec"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{path}: malformed 'spec' in {META_FILE} ({exc})") from exc
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise CheckpointError(f"{file}: malformed 'spec' ({_first_line(exc)})") from exc
+        try:  # shapes first, on the meta device: a hostile config must not allocate terabytes
+            with torch.device("meta"):
+                probe = klass(config, spec)
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError) as exc:
+            raise CheckpointError(f"{file}: config and spec do not make a {klass.name} policy "
+                                  f"({_first_line(exc)})") from exc
+        probe._check_header(path)
         policy = klass(config, spec)
         policy.load_state_dict(policy._checked_tensors(path), strict=True)  # CPU; .to(device) afterwards
-        policy.version = int(meta.get("version", 0))
+        policy.version = _version(meta, file)
         policy.task = str(meta.get("task", ""))  # the instruction it was trained with (language policies)
         return policy
 
@@ -370,7 +398,8 @@ class Policy(nn.Module):
             if diff:
                 raise CheckpointError(f"{path}: {part} differs from the running policy: {'; '.join(diff)}")
         tensors = self._checked_tensors(path)
-        new_version = int(version) if version is not None else max(int(meta.get("version", 0)), self.version + 1)
+        new_version = int(version) if version is not None else max(_version(meta, Path(path) / META_FILE),
+                                                                    self.version + 1)
         with self._swap_lock:
             self._pending = (tensors, new_version)
         if immediately:
@@ -385,6 +414,30 @@ class Policy(nn.Module):
             self.load_state_dict(pending[0], strict=True)
             self.version = pending[1]
 
+    def _check_header(self, path: str | Path) -> None:
+        """Tensor names and shapes from the safetensors header only (nothing allocated) against this policy."""
+        file = Path(path) / WEIGHTS_FILE
+        if not file.is_file():
+            raise CheckpointError(f"{path}: no {WEIGHTS_FILE}")
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                shapes = {k: tuple(handle.get_slice(k).get_shape()) for k in handle.keys()}  # noqa: SIM118
+        except SafetensorError as exc:
+            raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from exc
+        self._compare(file, shapes, {})
+
+    def _compare(self, file: Path, shapes: Mapping[str, tuple[int, ...]], tensors: Mapping[str, torch.Tensor]) -> None:
+        own = self.state_dict()
+        problems = [f"missing tensor {k!r}" for k in own if k not in shapes]
+        problems += [f"unexpected tensor {k!r}" for k in shapes if k not in own]
+        problems += [f"tensor {k!r} has shape {shapes[k]}, the policy needs {tuple(v.shape)}"
+                     for k, v in own.items() if k in shapes and shapes[k] != tuple(v.shape)]
+        problems += [f"tensor {k!r} has non-finite values" for k, v in tensors.items()
+                     if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if problems:
+            more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise CheckpointError(f"{file}: does not match the {self.name} policy: {'; '.join(problems[:5])}{more}")
+
     def _checked_tensors(self, path: str | Path) -> dict[str, torch.Tensor]:
         file = Path(path) / WEIGHTS_FILE
         if not file.is_file():
@@ -393,16 +446,7 @@ class Policy(nn.Module):
             tensors = load_file(str(file))
         except SafetensorError as exc:
             raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from exc
-        own = self.state_dict()
-        problems = [f"missing tensor {k!r}" for k in own if k not in tensors]
-        problems += [f"unexpected tensor {k!r}" for k in tensors if k not in own]
-        problems += [f"tensor {k!r} has shape {tuple(tensors[k].shape)}, the policy needs {tuple(v.shape)}"
-                     for k, v in own.items() if k in tensors and tensors[k].shape != v.shape]
-        problems += [f"tensor {k!r} has non-finite values" for k, v in tensors.items()
-                     if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-        if problems:
-            more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
-            raise CheckpointError(f"{file}: does not match the {self.name} policy: {'; '.join(problems[:5])}{more}")
+        self._compare(file, {k: tuple(v.shape) for k, v in tensors.items()}, tensors)
         return tensors
 
 
@@ -413,21 +457,51 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a policy checkpoint (no {META_FILE})")
     try:
         meta = json.loads(file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{file}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CheckpointError(f"{file}: not valid UTF-8 JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{file}: 'format' must be {CHECKPOINT_FORMAT!r}")
     for key in ("type", "config", "spec"):
         if key not in meta:
             raise CheckpointError(f"{file}: missing field {key!r}")
+    for key in ("config", "spec"):
+        if not isinstance(meta[key], dict):
+            raise CheckpointError(f"{file}: {key!r} must be an object, got {type(meta[key]).__name__}")
+    if not isinstance(meta["type"], str):
+        raise CheckpointError(f"{file}: 'type' must be a string, got {type(meta['type']).__name__}")
+    _version(meta, file)
     return meta
+
+
+def save_failed(path: Path, exc: BaseException) -> OSError:
+    """The one-line error of a checkpoint that could not be written (safetensors reports ENOSPC as text)."""
+    code = getattr(exc, "errno", None)
+    no_space = code == errno.ENOSPC or "os error 28" in str(exc)
+    why = "No space left on device" if no_space else _first_line(exc)
+    return OSError(errno.ENOSPC if no_space else code or errno.EIO,
+                   f"{path}: checkpoint not saved: {why} (the previous checkpoint is unchanged)")
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message cut to its first line (torch appends C++ stack traces to some)."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def _version(meta: Mapping[str, Any], file: Path) -> int:
+    """The weights version of a checkpoint's metadata (an integer)."""
+    version = meta.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise CheckpointError(f"{file}: 'version' must be an integer, got {str(version)[:40]!r}")
+    return version
 
 
 def _diff(a: Any, b: Any, prefix: str) -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b)):
-            out += _diff(a.get(k), b.get(k), f"{prefix}.{k}")
+            name = k if isinstance(k, str) and k.isidentifier() else repr(k)  # a hostile key stays on one line
+            out += _diff(a.get(k), b.get(k), f"{prefix}.{name}")
         return out
     return [] if a == b else [f"{prefix} is {b!r} in the checkpoint, {a!r} here"]
 

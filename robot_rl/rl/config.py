@@ -141,9 +141,20 @@ class RLConfig:
     (gym.make_vec in this process) or ``async`` (a process each)."""
     num_envs: int = 256
     """Environments stepped together."""
+    processes: int = 1
+    """With ``vector: threaded``: split the envs over this many worker processes, one physics thread each, so
+    the envs' Python runs on every core too (robot_rl.sim.sharded); 1: all in this process."""
     obs_keys: list[str] | None = None
     """Observation keys fed to the policy, flattened and concatenated in this order (written into the
     checkpoint); None: every key of the observation in the space's (sorted) order."""
+    critic_obs_keys: list[str] | None = None
+    """Observation keys that only the critic reads, after ``obs_keys`` (an asymmetric actor-critic, as legged_gym's
+    privileged critic: simulator state such as ``base_linvel`` that the robot does not measure, so the deployed
+    actor never needs it); PPO only. None: the critic reads what the actor reads."""
+    action_dims: list[int] | None = None
+    """Indices of the env's action that the policy controls; the others stay at the middle of their range (the
+    G1 with legs only: arms and waist held at the default posture, as unitree_rl_gym trains it). The exported
+    policy still outputs the whole action, those entries fixed. PPO only; None: every entry."""
     algorithm: Literal["ppo", "sac"] = "ppo"
     """``ppo`` (rsl_rl, many envs, on-policy) or ``sac`` (off-policy, replay)."""
     ppo: PPOSettings = field(default_factory=PPOSettings)
@@ -166,6 +177,10 @@ class RLConfig:
     so a policy far off learns to crash; see benchmarks/README.md)."""
     reward_scale: float = 1.0
     """Rewards are multiplied by this before learning (the penalty too)."""
+    only_positive_rewards: bool = False
+    """Clip each step's reward at 0 before the termination penalty (legged_gym's ``only_positive_rewards``): with
+    many penalty terms, exploration noise makes early steps cost more than staying up earns, and PPO then
+    learns to fall at once (the G1 recipe did: 0.45 s episodes after 1 M steps without it)."""
     initial_action: list[float] | None = None
     """Action (in the env's units) that the policy's mean starts at (its output bias); None: the middle of
     the action space. Lets a quadrotor start near hover thrust instead of at half thrust."""
@@ -200,7 +215,9 @@ class RLConfig:
         check_device_name(self.device)
         if not self.env_id:
             raise ValueError("env_id: name an environment")
-        for name in ("num_envs", "total_steps", "eval_episodes", "eval_every_steps", "num_threads"):
+        if self.processes != 1 and self.vector != "threaded":
+            raise ValueError(f"processes: {self.processes} worker processes need vector: threaded, got {self.vector}")
+        for name in ("num_envs", "total_steps", "eval_episodes", "eval_every_steps", "num_threads", "processes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.obs_norm_until is not None and self.obs_norm_until < 1:
@@ -218,6 +235,14 @@ class RLConfig:
             raise ValueError("reward_scale and obs_clip must be > 0")
         if self.obs_keys is not None and (not self.obs_keys or len(set(self.obs_keys)) != len(self.obs_keys)):
             raise ValueError(f"obs_keys: name each key once (or null for all), got {self.obs_keys}")
+        if self.critic_obs_keys is not None and (not self.critic_obs_keys or
+                                                 len(set(self.critic_obs_keys)) != len(self.critic_obs_keys)):
+            raise ValueError(f"critic_obs_keys: name each key once (or null), got {self.critic_obs_keys}")
+        if self.action_dims is not None and (not self.action_dims or min(self.action_dims) < 0
+                                             or len(set(self.action_dims)) != len(self.action_dims)):
+            raise ValueError(f"action_dims: distinct indices >= 0 (or null), got {self.action_dims}")
+        if self.algorithm != "ppo" and (self.critic_obs_keys or self.action_dims):
+            raise ValueError("critic_obs_keys and action_dims: PPO only")
         if self.initial_action is not None and not all(math.isfinite(v) for v in self.initial_action):
             raise ValueError(f"initial_action: must be finite, got {self.initial_action}")
         if self.algorithm == "ppo" and self.num_envs * self.ppo.steps_per_env < self.ppo.mini_batches:

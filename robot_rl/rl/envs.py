@@ -42,28 +42,57 @@ class EnvSpec:
     """Embodiment name for the checkpoint ("" when the env has none)."""
     control_mode: str
     """Control mode for the checkpoint ("" when the env has none)."""
+    critic_keys: tuple[str, ...] = ()
+    """Keys only the critic reads, flattened after ``keys`` (``RLConfig.critic_obs_keys``)."""
+    critic_dims: tuple[int, ...] = ()
+    """Flattened size of each critic-only key."""
+    action_index: np.ndarray | None = None
+    """Entries of the env's action the policy controls (``RLConfig.action_dims``); None: all."""
 
     @property
     def obs_dim(self) -> int:
-        """Length of the flat observation."""
+        """Length of the actor's flat observation."""
         return int(sum(self.dims))
 
     @property
-    def action_dim(self) -> int:
-        """Length of an action."""
+    def critic_dim(self) -> int:
+        """Length of the flat observation with the critic-only keys (what :meth:`flatten` returns)."""
+        return self.obs_dim + int(sum(self.critic_dims))
+
+    @property
+    def env_action_dim(self) -> int:
+        """Length of the env's action (the exported policy's output)."""
         return int(self.low.shape[0])
 
+    @property
+    def action_dim(self) -> int:
+        """Length of the policy's action while training."""
+        return self.env_action_dim if self.action_index is None else len(self.action_index)
+
     def flatten(self, obs: Any) -> np.ndarray:
-        """A batch of observations (dict of (N, ...) arrays, or an (N, ...) array) -> (N, obs_dim) float32."""
+        """A batch of observations (dict of (N, ...) arrays, or an (N, ...) array) -> (N, critic_dim) float32.
+
+        The actor's keys come first, then the critic-only keys.
+        """
         if not isinstance(obs, dict):
             arr = np.asarray(obs, dtype=np.float32)
             return arr.reshape(arr.shape[0], -1)
-        parts = [np.asarray(obs[k], dtype=np.float32).reshape(-1, d) for k, d in zip(self.keys, self.dims)]
+        pairs = zip((*self.keys, *self.critic_keys), (*self.dims, *self.critic_dims))
+        parts = [np.asarray(obs[k], dtype=np.float32).reshape(-1, d) for k, d in pairs]
         return np.concatenate(parts, axis=1)
 
+    def full_action(self, action: np.ndarray) -> np.ndarray:
+        """The policy's (N, action_dim) normalised actions -> the env's (N, env_action_dim), held entries 0."""
+        a = np.asarray(action, dtype=np.float64)
+        if self.action_index is None:
+            return a
+        full = np.zeros((*a.shape[:-1], self.env_action_dim))
+        full[..., self.action_index] = a
+        return full
+
     def to_env(self, action: np.ndarray) -> np.ndarray:
-        """Normalised actions in [-1, 1] (clipped first) -> the env's units."""
-        a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        """Normalised policy actions in [-1, 1] (clipped first) -> the env's units (held entries mid-range)."""
+        a = np.clip(self.full_action(action), -1.0, 1.0)
         return (self.low + (a + 1.0) * 0.5 * (self.high - self.low)).astype(np.float32)
 
     def to_normalised(self, action: np.ndarray) -> np.ndarray:
@@ -114,28 +143,45 @@ def env_spec(cfg: RLConfig) -> EnvSpec:
     if isinstance(obs_space, gym.spaces.Dict):
         spaces = dict(obs_space.spaces)
         keys = list(cfg.obs_keys) if cfg.obs_keys is not None else list(spaces)
-        missing = [k for k in keys if k not in spaces]
-        if missing:
-            raise ConfigError(f"obs_keys: {missing} not in {cfg.env_id}'s observation; it has {list(spaces)}")
-        dims = []
-        for key in keys:
-            sub = spaces[key]
-            if not isinstance(sub, gym.spaces.Box) or not np.issubdtype(sub.dtype, np.floating):
-                raise ConfigError(f"obs_keys: {key!r} is {sub}; the MLP policy takes float vectors only "
-                                  f"(leave images out with obs_keys)")
-            dims.append(int(np.prod(sub.shape)))
+        critic_keys = list(cfg.critic_obs_keys or [])
+        both = [k for k in critic_keys if k in keys]
+        if both:
+            raise ConfigError(f"critic_obs_keys: {both} are in obs_keys already (the critic reads those too)")
+        dims, critic_dims = _key_dims(cfg, spaces, keys, "obs_keys"), _key_dims(cfg, spaces, critic_keys,
+                                                                               "critic_obs_keys")
     elif isinstance(obs_space, gym.spaces.Box) and np.issubdtype(obs_space.dtype, np.floating):
-        if cfg.obs_keys not in (None, ["state"]):
-            raise ConfigError(f"obs_keys: {cfg.env_id} has one Box observation (key 'state'), got {cfg.obs_keys}")
-        keys, dims = ["state"], [int(np.prod(obs_space.shape))]
+        if cfg.obs_keys not in (None, ["state"]) or cfg.critic_obs_keys:
+            raise ConfigError(f"obs_keys: {cfg.env_id} has one Box observation (key 'state'), got {cfg.obs_keys} "
+                              f"(critic {cfg.critic_obs_keys})")
+        keys, dims, critic_keys, critic_dims = ["state"], [int(np.prod(obs_space.shape))], [], []
     else:
         raise ConfigError(f"env_id: {cfg.env_id} has observation space {obs_space}; need a float Box or a Dict")
+    index = None
+    if cfg.action_dims is not None:
+        if max(cfg.action_dims) >= low.shape[0]:
+            raise ConfigError(f"action_dims: {cfg.env_id} has {low.shape[0]} action entries, got {cfg.action_dims}")
+        index = np.array(cfg.action_dims, dtype=np.intp)
     spec = EnvSpec(tuple(keys), tuple(dims), low, high, robot if robot != "unknown" else "",
-                   str(controller.get("control_mode", "")))
-    if cfg.initial_action is not None and len(cfg.initial_action) != spec.action_dim:
-        raise ConfigError(f"initial_action: {cfg.env_id} takes {spec.action_dim} action values, "
+                   str(controller.get("control_mode", "")), tuple(critic_keys), tuple(critic_dims), index)
+    if cfg.initial_action is not None and len(cfg.initial_action) != spec.env_action_dim:
+        raise ConfigError(f"initial_action: {cfg.env_id} takes {spec.env_action_dim} action values, "
                           f"got {len(cfg.initial_action)}")
     return spec
+
+
+def _key_dims(cfg: RLConfig, spaces: dict[str, gym.Space], keys: list[str], name: str) -> list[int]:
+    """Flattened sizes of ``keys``; ConfigError for a key the env lacks or one that is not a float vector."""
+    missing = [k for k in keys if k not in spaces]
+    if missing:
+        raise ConfigError(f"{name}: {missing} not in {cfg.env_id}'s observation; it has {list(spaces)}")
+    dims = []
+    for key in keys:
+        sub = spaces[key]
+        if not isinstance(sub, gym.spaces.Box) or not np.issubdtype(sub.dtype, np.floating):
+            raise ConfigError(f"{name}: {key!r} is {sub}; the MLP policy takes float vectors only "
+                              f"(leave images out with obs_keys)")
+        dims.append(int(np.prod(sub.shape)))
+    return dims
 
 
 def make_vector(cfg: RLConfig, num_envs: int) -> gym.vector.VectorEnv:
@@ -145,7 +191,7 @@ def make_vector(cfg: RLConfig, num_envs: int) -> gym.vector.VectorEnv:
     try:
         return make_vector_env(cfg.env_id, num_envs, asynchronous=cfg.vector == "async",
                                batched=cfg.vector == "batched", threaded=cfg.vector == "threaded",
-                               warp=cfg.vector == "warp",
+                               warp=cfg.vector == "warp", processes=cfg.processes,
                                **cfg.env_options)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"vector / env_options: cannot build {num_envs} x {cfg.env_id} ({exc})") from exc
@@ -154,13 +200,13 @@ def make_vector(cfg: RLConfig, num_envs: int) -> gym.vector.VectorEnv:
 def check_spaces(env: gym.vector.VectorEnv, spec: EnvSpec, cfg: RLConfig) -> None:
     """The vector env's single spaces agree with the probe's (a batched version could drift from the env)."""
     act = env.single_action_space
-    if not isinstance(act, gym.spaces.Box) or act.shape != (spec.action_dim,) or not (
+    if not isinstance(act, gym.spaces.Box) or act.shape != (spec.env_action_dim,) or not (
             np.allclose(act.low, spec.low) and np.allclose(act.high, spec.high)):
         raise ConfigError(f"vector: {cfg.vector} {cfg.env_id} has action space {act}, the env has "
                           f"Box({spec.low}, {spec.high})")
     obs = env.single_observation_space
     if isinstance(obs, gym.spaces.Dict):
-        for key, dim in zip(spec.keys, spec.dims):
+        for key, dim in zip((*spec.keys, *spec.critic_keys), (*spec.dims, *spec.critic_dims)):
             sub = obs.spaces.get(key)
             if not isinstance(sub, gym.spaces.Box) or int(np.prod(sub.shape)) != dim:
                 raise ConfigError(f"vector: {cfg.vector} {cfg.env_id}'s observation {key!r} is {sub}, the env's "

@@ -36,14 +36,16 @@ class PPOAgent:
     """rsl_rl PPO over ``num_envs`` envs; actions in normalised units (unbounded samples, clipped by the env spec)."""
 
     def __init__(self, settings: PPOSettings, obs_dim: int, action_dim: int, num_envs: int, norm: RunningNorm,
-                 device: torch.device, initial_action: np.ndarray | None = None) -> None:
+                 device: torch.device, initial_action: np.ndarray | None = None, critic_dim: int | None = None) -> None:
         from rsl_rl.algorithms import PPO
         from rsl_rl.models import MLPModel
         from rsl_rl.storage import RolloutStorage
 
         self.settings, self.norm, self.device, self.num_envs = settings, norm, device, num_envs
-        example = self._obs(np.zeros((num_envs, obs_dim), np.float32))
-        groups = {"actor": ["policy"], "critic": ["policy"]}
+        self.obs_dim = obs_dim
+        self.asymmetric = critic_dim is not None and critic_dim > obs_dim
+        example = self._obs(np.zeros((num_envs, critic_dim or obs_dim), np.float32))
+        groups = {"actor": ["policy"], "critic": ["critic" if self.asymmetric else "policy"]}
         hidden = tuple(settings.hidden)
         self.actor = MLPModel(example, groups, "actor", action_dim, hidden_dims=hidden, activation=settings.activation,
                               distribution_cfg={"class_name": GAUSSIAN, "init_std": settings.init_std,
@@ -65,8 +67,10 @@ class PPOAgent:
         self._last: TensorDict | None = None
 
     def _obs(self, flat: np.ndarray) -> TensorDict:
+        """The actor's group ``policy`` (the first ``obs_dim`` entries); with critic-only keys also ``critic`` (all)."""
         x = torch.from_numpy(self.norm.normalize(flat)).to(self.device)
-        return TensorDict({"policy": x}, batch_size=[x.shape[0]], device=self.device)
+        groups = {"policy": x[:, :self.obs_dim], "critic": x} if self.asymmetric else {"policy": x}
+        return TensorDict(groups, batch_size=[x.shape[0]], device=self.device)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Sample actions (N, A) for the flat raw observations (N, D) and record the step's first half."""

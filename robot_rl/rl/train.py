@@ -73,7 +73,7 @@ class RLResult:
     seconds: float
     """Wall time from the start to the end of the final evaluation [s]."""
     train_seconds: float
-    """Wall time of the loop (env steps, updates and periodic evaluations) [s]."""
+    """Wall time of the loop (env steps, updates and periodic evaluations) [s]; building the envs is not in it."""
     stopped: str
     """Why training stopped: total_steps, time_budget or target (``target_success`` / ``target_error`` met)."""
     final: EvalReport
@@ -102,10 +102,13 @@ class RLResult:
 def make_agent(cfg: RLConfig, spec: EnvSpec, norm: RunningNorm, device: torch.device) -> Agent:
     """The configured algorithm."""
     init = None if cfg.initial_action is None else spec.to_normalised(np.asarray(cfg.initial_action))
+    if init is not None and spec.action_index is not None:
+        init = init[spec.action_index]
     if cfg.algorithm == "ppo":
         from robot_rl.rl.ppo import PPOAgent
 
-        return PPOAgent(cfg.ppo, spec.obs_dim, spec.action_dim, cfg.num_envs, norm, device, init)
+        return PPOAgent(cfg.ppo, spec.obs_dim, spec.action_dim, cfg.num_envs, norm, device, init,
+                        critic_dim=spec.critic_dim)
     from robot_rl.rl.sac import SACAgent
 
     return SACAgent(cfg.sac, spec.obs_dim, spec.action_dim, cfg.num_envs, norm, device, init, seed=cfg.seed)
@@ -120,14 +123,16 @@ def warm_start(agent: Agent, norm: RunningNorm, spec: EnvSpec, folder: str) -> N
     except (CheckpointError, OSError, ValueError) as exc:
         raise ConfigError(f"init_policy: cannot load {folder} ({exc})") from exc
     dims = dict(zip(spec.keys, spec.dims))
-    if not isinstance(policy, MLPPolicy) or policy.spec.state_dims != dims or policy.spec.action_dim != spec.action_dim:
+    if (not isinstance(policy, MLPPolicy) or policy.spec.state_dims != dims
+            or policy.spec.action_dim != spec.env_action_dim):
         raise ConfigError(f"init_policy: {folder} is a {policy.name} policy over {policy.spec.state_dims} -> "
-                          f"{policy.spec.action_dim}; this run needs an mlp policy over {dims} -> {spec.action_dim}")
+                          f"{policy.spec.action_dim}; this run needs an mlp policy over {dims} -> "
+                          f"{spec.env_action_dim}")
     load = getattr(agent, "load_actor", None)
     if load is None:
         raise ConfigError("init_policy: only PPO runs can start from a policy")
     try:
-        load(policy.mlp.state_dict())
+        load(_select_outputs(policy.mlp.state_dict(), spec.action_index))
     except RuntimeError as exc:
         raise ConfigError(f"init_policy: {folder}'s network does not fit this config's ({exc})") from exc
     means, stds = [], []
@@ -135,17 +140,43 @@ def warm_start(agent: Agent, norm: RunningNorm, spec: EnvSpec, folder: str) -> N
         mean, std = policy.normalizer.mean_std(key)
         means.append(mean)
         stds.append(std)
-    norm.mean, std = np.concatenate(means), np.concatenate(stds)
-    norm.var = np.maximum(std**2 - norm.eps, 0.0)
+    n = spec.obs_dim  # the critic-only keys keep fresh statistics
+    norm.mean[:n], std = np.concatenate(means), np.concatenate(stds)
+    norm.var[:n] = np.maximum(std**2 - norm.eps, 0.0)
+
+
+def _output_layer(state: dict[str, torch.Tensor]) -> str:
+    """Name prefix of the last linear layer of an MLP state dict (build_mlp's ``<i>.weight`` naming)."""
+    return max((k for k in state if k.endswith(".weight")), key=lambda k: int(k.split(".")[-2]))[: -len("weight")]
+
+
+def _select_outputs(state: dict[str, torch.Tensor], index: np.ndarray | None) -> dict[str, torch.Tensor]:
+    """A whole-action MLP's state cut to the outputs ``index`` (the entries a run's policy controls)."""
+    if index is None:
+        return state
+    head, rows = _output_layer(state), torch.as_tensor(index)
+    return {**state, head + "weight": state[head + "weight"][rows], head + "bias": state[head + "bias"][rows]}
+
+
+def _expand_outputs(state: dict[str, torch.Tensor], index: np.ndarray | None, size: int) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`_select_outputs`: outputs outside ``index`` get zero weights and bias (mid-range)."""
+    if index is None:
+        return state
+    head, rows = _output_layer(state), torch.as_tensor(index)
+    weight = state[head + "weight"].new_zeros((size, state[head + "weight"].shape[1]))
+    bias = state[head + "bias"].new_zeros(size)
+    weight[rows], bias[rows] = state[head + "weight"], state[head + "bias"]
+    return {**state, head + "weight": weight, head + "bias": bias}
 
 
 def export_policy(agent: Agent, spec: EnvSpec, norm: RunningNorm, cfg: RLConfig, version: int) -> MLPPolicy:
     """The actor as an MLPPolicy with the running observation statistics and the action bounds inside."""
-    pspec = PolicySpec(state_dims=dict(zip(spec.keys, spec.dims)), image_shapes={}, action_dim=spec.action_dim,
+    pspec = PolicySpec(state_dims=dict(zip(spec.keys, spec.dims)), image_shapes={}, action_dim=spec.env_action_dim,
                        robot=spec.robot, control_mode=spec.control_mode)
     policy = MLPPolicy(agent.policy_config(cfg.obs_clip), pspec)
     policy.set_stats(spec.stats_by_key(norm.mean, norm.std))
-    policy.mlp.load_state_dict(agent.actor_state(), strict=True)
+    policy.mlp.load_state_dict(_expand_outputs(agent.actor_state(), spec.action_index, spec.env_action_dim),
+                               strict=True)
     policy.version = version
     policy.eval()
     return policy
@@ -182,6 +213,15 @@ def meets_target(cfg: RLConfig, row: dict[str, float]) -> bool:
     return cfg.target_error is None or row["error_max"] < cfg.target_error
 
 
+def shape_rewards(cfg: RLConfig, reward: np.ndarray, terminated: np.ndarray) -> np.ndarray:
+    """The rewards the algorithm learns from: clipped, less the termination penalty, scaled.
+
+    ``only_positive_rewards`` clips at 0 before the penalty is taken off (legged_gym's order).
+    """
+    kept = np.maximum(reward, 0.0) if cfg.only_positive_rewards else reward
+    return (kept - cfg.termination_penalty * terminated) * cfg.reward_scale
+
+
 def _check_metrics(metrics: dict[str, float], agent: Agent, where: str, kept: str) -> None:
     bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
     if bad or not agent.finite():
@@ -209,7 +249,7 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "rl_config.yaml")
     (out / "curve.jsonl").unlink(missing_ok=True)
-    norm = RunningNorm(spec.obs_dim, clip=cfg.obs_clip)
+    norm = RunningNorm(spec.critic_dim, clip=cfg.obs_clip)
     agent = make_agent(cfg, spec, norm, device)
     if cfg.init_policy:
         warm_start(agent, norm, spec, cfg.init_policy)
@@ -237,6 +277,7 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
         say(f"eval at {steps} steps, {row['wall_s']:.1f} s: {row_summary(row, len(report.successes))}")
         return report, row
 
+    t_loop = time.perf_counter()  # the envs are built: from here on it is the loop
     try:
         raw, _ = env.reset(seed=cfg.seed)
         obs = spec.flatten(raw)
@@ -244,6 +285,9 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
         if not frozen_norm:
             norm.update(obs)
         restarting = np.zeros(cfg.num_envs, dtype=bool)
+        episode_steps = np.zeros(cfg.num_envs, dtype=np.int64)  # the training episodes' lengths, for the logs
+        finished: list[int] = []
+        postfix: dict[str, str] = {}
         while steps < cfg.total_steps:
             if cfg.time_budget_s is not None and time.perf_counter() - t0 >= cfg.time_budget_s:
                 stopped = "time_budget"
@@ -260,9 +304,12 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
             if not np.all(np.isfinite(nxt)):
                 raise TrainingError(f"step {steps}: {cfg.env_id} returned a non-finite observation; "
                                     f"training stopped, {good}")
-            shaped = (reward - cfg.termination_penalty * terminated) * cfg.reward_scale
+            shaped = shape_rewards(cfg, reward, terminated)
             agent.observe(shaped, nxt, terminated, truncated, ~restarting)
+            episode_steps[~restarting] += 1
             restarting = terminated | truncated
+            finished.extend(episode_steps[restarting].tolist())
+            episode_steps[restarting] = 0
             if not frozen_norm and (cfg.obs_norm_until is None or steps < cfg.obs_norm_until):
                 norm.update(nxt)
             obs = nxt
@@ -275,15 +322,21 @@ def train_rl(cfg: RLConfig, out_dir: str | Path, progress: bool = True,
                 for key, value in metrics.items():
                     writer.add_scalar(f"train/{key}", value, steps)
                 writer.add_scalar("train/steps_per_s", steps / (time.perf_counter() - t0), steps)
+                if finished:  # how long the training episodes (exploration noise included) last
+                    writer.add_scalar("train/episode_length", float(np.mean(finished)), steps)
+                    postfix["episode"] = f"{np.mean(finished):.0f}"
+                    bar.set_postfix(postfix, refresh=False)
+                    finished.clear()
             if steps >= next_eval:
                 next_eval += cfg.eval_every_steps
                 last = evaluate_now()
-                bar.set_postfix(success=f"{last[1]['success_at_last_step']:.2f}", refresh=False)
+                postfix["success"] = f"{last[1]['success_at_last_step']:.2f}"
+                bar.set_postfix(postfix, refresh=False)
                 if meets_target(cfg, last[1]):
                     first_target = {"steps": float(steps), "wall_s": last[1]["wall_s"]}
                     stopped = "target"
                     break
-        train_seconds = time.perf_counter() - t0
+        train_seconds = time.perf_counter() - t_loop
         if last is None or last[1]["steps"] != steps:
             last = evaluate_now()
     finally:

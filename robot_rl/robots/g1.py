@@ -138,3 +138,15 @@ def load_model(timestep: float | None = None) -> mujoco.MjModel:
     if timestep is not None:
         spec.option.timestep = float(timestep)
     return spec.compile()
+
+
+def rest_action(mode: ControlMode) -> np.ndarray:
+    """The normalised ``joint_position`` action before the first step: zero offsets (the default posture)."""
+    if mode != ControlMode.JOINT_POSITION:
+        raise ValueError(f"{NAME}: a rest action exists for joint_position actions only, not {mode.value}")
+    return np.zeros(N_CTRL)
+
+
+def clip_action(mode: ControlMode, action: np.ndarray) -> np.ndarray:
+    """A normalised ``joint_position`` action clipped to [-1, 1] (what HumanoidWalk reports as ``last_action``)."""
+    return np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)

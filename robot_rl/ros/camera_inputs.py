@@ -10,6 +10,7 @@ rate-limited warning and the previous frame stays; nothing downstream sees a par
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,8 @@ class CameraInput:
         self.frame: np.ndarray | None = None
         self.stamp_ns = 0
         self.frames = 0
+        self.received: float | None = None
+        """time.monotonic() at the last frame's arrival (a clock no sim-time jump moves)."""
         msg_type = CompressedImage if topic.rstrip("/").endswith("/compressed") else Image
         self.subscription = node.create_subscription(msg_type, topic, self._on_msg, qos)
 
@@ -61,5 +64,6 @@ class CameraInput:
         if self.shape is None:  # the first frame fixes the size: a consumer's columns cannot change shape
             self.shape = (int(frame.shape[0]), int(frame.shape[1]), int(frame.shape[2]))
         self.frame = frame
+        self.received = time.monotonic()
         self.stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         self.frames += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
 import cv2
@@ -149,6 +150,8 @@ def image_from_msg(msg: Image, expected_shape: tuple[int, int, int] | None = Non
     channels = _CHANNELS.get(msg.encoding)
     if channels is None:
         raise SpecError(f"image: unsupported encoding {msg.encoding!r} (use {sorted(_CHANNELS)})")
+    if msg.height == 0 or msg.width == 0:
+        raise SpecError(f"image: empty ({msg.height}x{msg.width})")
     expected_bytes = msg.height * msg.width * channels
     if msg.step != msg.width * channels or len(msg.data) != expected_bytes:
         raise SpecError(f"image: {len(msg.data)} bytes / step {msg.step} do not match "
@@ -174,11 +177,73 @@ def compressed_image_to_msg(frame: np.ndarray, stamp_ns: int, frame_id: str, qua
     return msg
 
 
+MAX_DECODED_PIXELS = 4096 * 4096
+"""Largest CompressedImage a node decodes: a few-KB PNG of zeros can claim 1e9 pixels (gigabytes, seconds)."""
+_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    """A PNG's (height, width) if its chunks are whole, else None.
+
+    Each chunk must fit in the data with a valid CRC, and IDAT come before an empty IEND. OpenCV allocates
+    what a chunk's length claims (GBs), and spent 3-4 s of CPU on a 57-byte PNG whose IEND claimed 3.8 GB
+    (found by the reliability drill).
+    """
+    i, image_data = 8, False
+    while i + 12 <= len(data):
+        length, kind = int.from_bytes(data[i:i + 4], "big"), data[i + 4:i + 8]
+        end = i + 12 + length
+        if length >= 2**31 or end > len(data) or not kind.isalpha():
+            return None
+        if zlib.crc32(data[i + 4:end - 4]) != int.from_bytes(data[end - 4:end], "big"):
+            return None
+        if kind == b"IEND":
+            return (int.from_bytes(data[20:24], "big"), int.from_bytes(data[16:20], "big")) if image_data \
+                and length == 0 else None
+        image_data |= kind == b"IDAT"
+        i = end
+    return None
+
+
+def _encoded_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) a PNG's IHDR or a JPEG's first SOF header claims; None if absent or a PNG is malformed."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24 and data[12:16] == b"IHDR":
+        return _png_size(data)
+
+    i = 2 if data[:2] == b"\xff\xd8" else len(data)
+    while i + 9 <= len(data):  # JPEG: walk the marker segments up to the frame header
+        if data[i] != 0xFF:
+            return None
+        marker, length = data[i + 1], int.from_bytes(data[i + 2:i + 4], "big")
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _JPEG_SOF:
+            return int.from_bytes(data[i + 5:i + 7], "big"), int.from_bytes(data[i + 7:i + 9], "big")
+        i += 2 + length
+    return None
+
+
 def compressed_image_from_msg(msg: CompressedImage) -> np.ndarray:
-    """Decode a JPEG/PNG CompressedImage to an (H, W, 3) uint8 RGB array."""
-    bgr = cv2.imdecode(np.frombuffer(msg.data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    """Decode a JPEG/PNG CompressedImage to an (H, W, 3) uint8 RGB array.
+
+    Raises:
+        SpecError: for data that is not a JPEG/PNG of at most :data:`MAX_DECODED_PIXELS`, or does not decode.
+    """
+    data = bytes(msg.data)
+    what = f"compressed image: cannot decode {len(data)} bytes ({msg.format!r})"
+    size = _encoded_size(data)
+    if size is None:
+        raise SpecError(f"{what}: no JPEG/PNG header, or a malformed PNG (a chunk overrunning the data, a bad "
+                        f"CRC, no IDAT, no empty IEND)")
+    if size[0] * size[1] > MAX_DECODED_PIXELS:
+        raise SpecError(f"{what}: header claims {size[0]}x{size[1]} pixels, more than {MAX_DECODED_PIXELS}")
+    try:
+        bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as exc:  # OpenCV asserts rather than returning None for some corrupt headers
+        raise SpecError(f"{what}: {str(exc).strip().splitlines()[-1]}") from None
     if bgr is None:
-        raise SpecError(f"compressed image: cannot decode {len(msg.data)} bytes ({msg.format!r})")
+        raise SpecError(what)
     return np.ascontiguousarray(bgr[..., ::-1])
 
 

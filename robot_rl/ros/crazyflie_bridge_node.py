@@ -157,7 +157,7 @@ class CrazyflieBridgeNode(Node):
             self._mode = mode
             self.pub_mode.publish(String(data=mode.value))
         if mode in (FlightMode.LINK_LOST, FlightMode.HOVER, FlightMode.LANDING):
-            self.get_logger().warn(f"mode {mode.value}: {reason}")
+            self.get_logger().warning(f"mode {mode.value}: {reason}")
         else:
             self.get_logger().info(f"mode {mode.value}: {reason}")
         self._publish_diagnostics()

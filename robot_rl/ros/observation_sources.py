@@ -19,8 +19,10 @@ the policy node subscribes to exactly the topics those keys need, following :dat
   any command the constant (or zero) holds (:class:`~robot_rl.teleop.command_mux.VelocityCommandMux`);
 * errors to a task input (:data:`DERIVED`): the quadrotor's goal_error = position - goal_pos and
   vel_error = linvel - goal_vel, computed from their inputs (sourced or constant) as the env does;
-* ``last_action`` (the quadrotor's previous action, as applied): fed back by the policy node itself
-  (kept among the constants), starting from the robot's rest action as the env does at reset.
+* ``last_action`` (the previous action, as applied: the quadrotor's, the G1's): fed back by the policy node
+  itself (kept among the constants), starting from the robot's rest action as the env does at reset;
+* ``gait_clock`` (a walking policy's phase clock): from the policy node's own clock, counted from its first
+  tick with every input (robot_rl.sim.envs.humanoid_gait.gait_clock).
 
 Frames and units are those of the simulated envs, so a policy sees on the graph what it saw in training.
 A key with no source is a :class:`~robot_rl.core.spaces.SpecError` at start-up that names it.
@@ -29,6 +31,7 @@ A key with no source is a :class:`~robot_rl.core.spaces.SpecError` at start-up t
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -145,8 +148,10 @@ class ObservationSources:
     """Subscribes the topics that ``keys`` need on ``node``; :meth:`observation` assembles the latest values."""
 
     def __init__(self, node: Node, keys: Sequence[str], robot: str, image_shapes: Mapping[str, tuple[int, int, int]],
-                 constants: Mapping[str, np.ndarray], image_transport: str = "raw") -> None:
+                 constants: Mapping[str, np.ndarray], image_transport: str = "raw",
+                 camera_timeout_s: float = 1.0) -> None:
         self.node = node
+        self.camera_timeout_s = camera_timeout_s
         self.keys = list(dict.fromkeys(keys))
         self.derived = [k for k in self.keys if k in DERIVED and k not in constants]
         inputs = [i for k in self.derived for i in DERIVED[k][0]]
@@ -174,29 +179,44 @@ class ObservationSources:
             node.create_subscription(TOPICS[topic], topic, lambda m, t=topic: self._on_msg(m, t, parsers[t]),
                                      qos_profile_sensor_data)
         self.cameras = [k for k in needed if k not in self.constants and k not in SOURCES]  # image keys
-        warn = lambda text: node.get_logger().warn(text, throttle_duration_sec=1.0)  # noqa: E731
+        warn = lambda text: node.get_logger().warning(text, throttle_duration_sec=1.0)  # noqa: E731
         self.camera_inputs = {k: CameraInput(node, camera_topic(k.removeprefix("image_"), image_transport),
                                              self.image_shapes[k], warn) for k in self.cameras}
 
     def _joints(self, msg: JointState) -> Fields:
         _, q, dq, _ = joint_state_from_msg(msg, self.joints)
         grip = joint_state_from_msg(msg, self.grippers)[1] if self.grippers else np.zeros(1)
-        return {"position": q, "velocity": np.nan_to_num(dq), "gripper_width": np.array([np.sum(grip)])}
+        # a missing velocity (NaN) reads as zero; an infinite one stays infinite and is refused in _on_msg
+        return {"position": q, "velocity": np.where(np.isnan(dq), 0.0, dq), "gripper_width": np.array([np.sum(grip)])}
 
     def _on_msg(self, msg: Any, topic: str, parse: Callable[[Any], Fields]) -> None:
         try:
-            self.raw[topic] = parse(msg)
+            fields = parse(msg)
+            with np.errstate(over="ignore"):  # the policy sees float32: 1e39 would reach it as inf
+                bad = [k for k, v in fields.items() if not np.all(np.isfinite(np.asarray(v, np.float32)))]
+            if bad:
+                raise SpecError(f"{', '.join(bad)}: not finite in float32 (beyond +-3.4e38, inf or NaN)")
+            self.raw[topic] = fields
         except SpecError as exc:
-            self.node.get_logger().warn(f"skipping {topic}: {exc}", throttle_duration_sec=1.0)
+            self.node.get_logger().warning(f"skipping {topic}: {exc}", throttle_duration_sec=1.0)
 
     def waiting_for(self) -> list[str]:
         """Topics (and cameras) that have not delivered a message yet."""
         waiting = [t for t in self.topics if t not in self.raw]
         return waiting + [k for k in self.cameras if self.camera_inputs[k].frame is None]
 
+    def stale_cameras(self) -> dict[str, float]:
+        """Cameras whose last frame arrived more than ``camera_timeout_s`` ago, with that age [s]."""
+        now = time.monotonic()
+        ages = {k: now - c.received for k in self.cameras if (c := self.camera_inputs[k]).received is not None}
+        return {k: age for k, age in ages.items() if age > self.camera_timeout_s}
+
     def observation(self) -> dict[str, np.ndarray] | None:
-        """Every key's latest value (float32 states, uint8 images), or None while an input is still missing."""
-        if self.waiting_for():
+        """Every key's latest value (float32 states, uint8 images), or None while an input is missing.
+
+        A camera silent for over ``camera_timeout_s`` counts as missing: its last frame is a stale view.
+        """
+        if self.waiting_for() or self.stale_cameras():
             return None
         obs = {k: np.asarray(SOURCES[k].value(self.raw), dtype=np.float32) for k in self.sourced}
         obs.update({k: v.copy() for k, v in self.constants.items()})

@@ -39,9 +39,12 @@ def odometry_to_msgs(state: RobotState, stamp_ns: int, frame: str, body: str) ->
 
 
 def twist_from_msg(msg: TwistStamped) -> tuple[np.ndarray, np.ndarray]:
-    """(linear, angular) velocity of a TwistStamped as float64 vectors; SpecError when not finite."""
+    """(linear, angular) velocity of a TwistStamped as float64 vectors; SpecError when not finite.
+
+    Values beyond float32's range count as infinite: policies read them as float32 (1e39 would be inf).
+    """
     lin, ang = msg.twist.linear, msg.twist.angular
     v, w = np.array([lin.x, lin.y, lin.z]), np.array([ang.x, ang.y, ang.z])
-    if not (np.all(np.isfinite(v)) and np.all(np.isfinite(w))):
-        raise SpecError("twist: contains NaN or inf")
+    if not np.all(np.abs(np.r_[v, w]) <= np.finfo(np.float32).max):
+        raise SpecError("twist: contains NaN or inf (or values beyond float32's range)")
     return v, w

@@ -55,6 +55,7 @@ from robot_rl.ros.qos import LATCHED
 from robot_rl.ros.streaming_actor import StreamingActor
 from robot_rl.runtime.actions import ActionAdapter, Command, LastActionFeedback, make_adapter
 from robot_rl.runtime.policy_runner import PolicyRunner
+from robot_rl.sim.envs.humanoid_gait import GAIT_CLOCK, gait_clock
 
 __all__ = ["PolicyNode", "PolicyNodeConfig", "main"]
 
@@ -85,11 +86,16 @@ class PolicyNode(Node):
         self.feedback = LastActionFeedback.of(robot, self.adapter.mode, spec.state_dims)
         if self.feedback is not None:  # e.g. the quadrotor's previous action, as the env reports it
             constants.setdefault(LastActionFeedback.KEY, self.feedback.initial())
+        self.clock_start: float | None = None
+        """When the gait clock started (the first tick with every input): a walking policy's ``gait_clock``
+        counts from there as HumanoidWalk's counts from its reset."""
+        if GAIT_CLOCK in spec.state_dims:
+            constants.setdefault(GAIT_CLOCK, gait_clock(0.0))
         weights = self.link.weights_dir(cfg.weights_dir)
         self.runner = PolicyRunner(policy, weights, num_steps=cfg.inference_steps or None, threaded=True,
                                    on_swap=self._on_swap, on_error=self._on_error, device=cfg.device)
         self.sources = ObservationSources(self, [*self.runner.keys, *self.adapter.measured_keys], robot,
-                                          spec.image_shapes, constants, cfg.image_transport)
+                                          spec.image_shapes, constants, cfg.image_transport, cfg.camera_timeout_s)
         emb = robot_module(robot).EMBODIMENT
         self.out = CommandPublisher(self, self.adapter.mode, emb.joint_names, bool(emb.gripper_joints), cfg.base_frame)
         self.pub_action = self.create_publisher(Float64MultiArray, "policy/action", 10)
@@ -168,7 +174,7 @@ class PolicyNode(Node):
         trial = self.link.on_trial(version)
         self.pub_trial.publish(Bool(data=trial))
         if trial != self._trial and (trial or self._trial is not None):
-            self.get_logger().warn(f"v{version} is on trial: hands off, a takeover counts as its failure" if trial
+            self.get_logger().warning(f"v{version} is on trial: hands off, a takeover counts as its failure" if trial
                                    else f"v{version} is deployed: take over when needed")
         self._trial = trial
 
@@ -179,9 +185,17 @@ class PolicyNode(Node):
         self.get_logger().error(message)
 
     def _tick(self) -> None:
+        if GAIT_CLOCK in self.sources.constants and self.clock_start is not None:
+            self.sources.constants[GAIT_CLOCK] = gait_clock(self._now() - self.clock_start)
         obs = self.sources.observation()
-        if obs is None:
-            return  # not every input has arrived yet: publish nothing, the controller holds
+        if obs is None:  # an input not there yet or a camera silent: publish nothing, the controller holds
+            if stale := self.sources.stale_cameras():
+                silent = ", ".join(f"{k} silent for {age:.2f} s" for k, age in stale.items())
+                self.get_logger().warning(f"holding: {silent} (camera_timeout_s {self.config.camera_timeout_s:g}): not "
+                                          "acting on a stale frame", throttle_duration_sec=1.0)
+            return
+        if self.clock_start is None:
+            self.clock_start = self._now()
         action = self.runner.step(obs)
         base = None
         if self.residual is not None and action is not None:
@@ -195,7 +209,7 @@ class PolicyNode(Node):
         try:
             self.last = self.adapter.to_target(action, obs)
         except TargetRejected as exc:
-            self.get_logger().warn(f"action skipped: {exc}", throttle_duration_sec=1.0)
+            self.get_logger().warning(f"action skipped: {exc}", throttle_duration_sec=1.0)
             return
         self.out.publish(self.last)
         if self.feedback is not None:
@@ -203,6 +217,10 @@ class PolicyNode(Node):
         self.pub_action.publish(Float64MultiArray(data=np.asarray(action, np.float64).tolist()))
         if base is not None and self.pub_base is not None:
             self.pub_base.publish(Float64MultiArray(data=np.asarray(base, np.float64).tolist()))
+
+    def _now(self) -> float:
+        """The node's clock [s] (simulated time under use_sim_time)."""
+        return self.get_clock().now().nanoseconds * 1e-9
 
     def close(self) -> None:
         """Stop the inference thread; deliver what the actor still holds."""

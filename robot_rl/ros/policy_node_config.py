@@ -60,6 +60,9 @@ class PolicyNodeConfig:
     image_transport: str = "raw"
     """How camera frames arrive: raw (``<camera>/image_raw``, Image) | compressed (``.../compressed``, JPEG
     CompressedImage, what a robot's Wi-Fi link or driver often offers); frames are resized to the policy's size."""
+    camera_timeout_s: float = 1.0
+    """A camera silent for longer than this [s] stops the policy (nothing published: the controller holds) until
+    its frames return; acting on the last frame would act on a stale view."""
 
     def __post_init__(self) -> None:
         if not self.policy_path:
@@ -73,6 +76,8 @@ class PolicyNodeConfig:
         parse_constants(self.constants)
         check_device_name(self.device)
         camera_topic("front", self.image_transport)
+        if not self.camera_timeout_s > 0:
+            raise ValueError(f"camera_timeout_s must be > 0, got {self.camera_timeout_s}")
         if self.learner_connect and not self.learner_secret_file:
             raise ValueError("learner_connect needs learner_secret_file (a copy of the run's learner.key)")
         if self.send_every < 1 or self.poll_s <= 0:

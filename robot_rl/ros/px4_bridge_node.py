@@ -142,7 +142,7 @@ class Px4BridgeNode(Node):
         if level == "error":
             logger.error(text)
         elif level == "warn":
-            logger.warn(text)
+            logger.warning(text)
         else:
             logger.info(text)
 
@@ -155,7 +155,8 @@ class Px4BridgeNode(Node):
             raise SetpointRefused("hover thrust unknown: MPC_THR_HOVER not read from the vehicle yet")
         if vehicle is not None and abs(vehicle - hover) > 0.05 and not self._hover_warned:
             self._hover_warned = True
-            self.get_logger().warn(f"hover_thrust {hover:.3f} differs from the vehicle's MPC_THR_HOVER {vehicle:.3f}")
+            self.get_logger().warning(f"hover_thrust {hover:.3f} differs from the vehicle's MPC_THR_HOVER "
+                                      f"{vehicle:.3f}")
         return ThrustMap(hover, self.config.mass)
 
     def _submit(self, topic: str, make: Callable[[], Setpoint], source: str = "policy") -> None:

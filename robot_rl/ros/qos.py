@@ -64,5 +64,5 @@ class RateLimitedWarnings:
         self._last[key] = now
         self._recent.append(now)
         skipped = self._suppressed.pop(key, 0)
-        self.logger.warn(text + (f" ({skipped} similar suppressed)" if skipped else ""))
+        self.logger.warning(text + (f" ({skipped} similar suppressed)" if skipped else ""))
         return True

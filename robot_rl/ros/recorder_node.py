@@ -138,7 +138,7 @@ class RecorderNode(Node):
             _, grip, grip_dq, _ = (joint_state_from_msg(msg, self.gripper_joints) if self.gripper_joints
                                    else (None, np.zeros(0), np.zeros(0), None))
         except SpecError as exc:
-            self.get_logger().warn(f"skipping joint_states: {exc}", throttle_duration_sec=1.0)
+            self.get_logger().warning(f"skipping joint_states: {exc}", throttle_duration_sec=1.0)
             return
         self.joint = (q, np.nan_to_num(dq), float(np.sum(grip)))
         # the measured joint state in MuJoCo's order (arm joints, then the fingers): what sim-to-real alignment
@@ -149,7 +149,7 @@ class RecorderNode(Node):
         try:
             self.pose = pose_from_msg(msg)
         except SpecError as exc:
-            self.get_logger().warn(f"skipping current_pose: {exc}", throttle_duration_sec=1.0)
+            self.get_logger().warning(f"skipping current_pose: {exc}", throttle_duration_sec=1.0)
 
     def _on_target(self, msg: PoseStamped, source: str) -> None:
         with contextlib.suppress(SpecError):  # the controller refuses it too: the action in force stays
@@ -169,9 +169,13 @@ class RecorderNode(Node):
     def _on_event(self, msg: String) -> None:
         event = msg.data.strip().lower()
         if event not in ("success", "failure", "stop", "rerecord"):
-            self.get_logger().warn(f"unknown episode event {msg.data!r}")
+            self.get_logger().warning(f"unknown episode event {msg.data!r}")
             return
-        index = self.recorder.end(event)
+        try:
+            index = self.recorder.end(event)
+        except OSError as exc:  # disk full: the take is lost, the node keeps recording once space is freed
+            self.get_logger().error(f"{event}: {exc}")
+            index = None
         if event == "stop":
             self.active = False
         outcome = "discarded" if index is None else f"committed as episode {index}"
@@ -210,7 +214,8 @@ class RecorderNode(Node):
         target = self.targets[source] or (position, quat)
         action = np.r_[target[0], target[1], self.grippers[source]].astype(np.float32)
         now = self.get_clock().now().nanoseconds * 1e-9
-        self.recorder.add(obs, action, SegmentSource.HUMAN if self.human else SegmentSource.POLICY, now)
+        if not self._add(obs, action, SegmentSource.HUMAN if self.human else SegmentSource.POLICY, now):
+            return
         if self.recorder.steps % 50 == 0:
             self._status()
 
@@ -222,9 +227,17 @@ class RecorderNode(Node):
         if sample is None:
             return
         source = SegmentSource.HUMAN if self.human else SegmentSource.POLICY
-        self.recorder.add({**sample[0], **images}, sample[1], source, now)
-        if self.recorder.steps % 50 == 0:
+        if self._add({**sample[0], **images}, sample[1], source, now) and self.recorder.steps % 50 == 0:
             self._status()
+
+    def _add(self, obs: dict[str, np.ndarray], action: np.ndarray, source: SegmentSource, now: float) -> bool:
+        """One sample into the store; a failed write (disk full) is one error line, the node goes on recording."""
+        try:
+            self.recorder.add(obs, action, source, now)
+        except OSError as exc:  # the take was discarded; the next sample starts a new one
+            self.get_logger().error(str(exc), throttle_duration_sec=2.0)
+            return False
+        return True
 
     def close(self) -> None:
         """Commit the open episode as truncated and release the store."""

@@ -138,12 +138,12 @@ class TeleopNode(Node):
         try:
             self.current_pose = pose_from_msg(msg, self.config.base_frame)
         except SpecError as exc:
-            self.get_logger().warn(f"ignoring measured pose: {exc}", throttle_duration_sec=1.0)
+            self.get_logger().warning(f"ignoring measured pose: {exc}", throttle_duration_sec=1.0)
 
     def _set_intervening(self, value: bool) -> bool:
         if value and not self.state.intervening and self.mode.integrates_pose:
             if self.current_pose is None:
-                self.get_logger().warn("cannot take control: no measured pose received yet")
+                self.get_logger().warning("cannot take control: no measured pose received yet")
                 return False
             position, quat = self.current_pose
             self.state.sync(position, Rotation.from_quat(quat, scalar_first=True).as_rotvec())
@@ -153,7 +153,7 @@ class TeleopNode(Node):
 
     def _on_trial(self, msg: Bool) -> None:
         if msg.data and not self.policy_on_trial:
-            self.get_logger().warn("the policy is on trial: stand by (a takeover counts as its failure)")
+            self.get_logger().warning("the policy is on trial: stand by (a takeover counts as its failure)")
         elif self.policy_on_trial and not msg.data:
             self.get_logger().info("the policy's trial is over: take over when needed")
         self.policy_on_trial = bool(msg.data)
@@ -224,7 +224,7 @@ def subscribe_velocity_commands(node: Node, mux: VelocityCommandMux) -> None:
             linear, angular = twist_from_msg(msg)
             mux.update(source, linear, angular, node.get_clock().now().nanoseconds * 1e-9)
         except SpecError as exc:
-            node.get_logger().warn(f"ignoring {source} velocity command: {exc}", throttle_duration_sec=1.0)
+            node.get_logger().warning(f"ignoring {source} velocity command: {exc}", throttle_duration_sec=1.0)
 
     node.create_subscription(TwistStamped, CMD_VEL_TOPIC, lambda m: on_twist(m, "robot"), 10)
     node.create_subscription(TwistStamped, TELEOP_CMD_VEL_TOPIC, lambda m: on_twist(m, "human"), 10)

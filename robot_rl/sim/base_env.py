@@ -134,6 +134,10 @@ class RobotEnv(gym.Env):
         self.observation_spec = ObservationSpec(fields)
         self.action_spec = self._action_spec()
         self.observation_space = self.observation_spec.to_space()
+        # noisy fields are clipped back into finite bounds (a noised command at its range's edge left the space)
+        self._obs_bounds = {k: (b.low, b.high) for k, b in self.observation_space.spaces.items()
+                            if isinstance(b, gym.spaces.Box) and b.dtype == np.float32
+                            and (np.isfinite(b.low).any() or np.isfinite(b.high).any())}
         lo_a, hi_a = self.action_spec.flat_bounds()
         self.action_space: gym.spaces.Box = gym.spaces.Box(
             lo_a.astype(np.float32), hi_a.astype(np.float32), dtype=np.float32)
@@ -341,6 +345,9 @@ class RobotEnv(gym.Env):
         std = self.dynamics.observation_noise_std
         if std > 0:
             obs = {k: (v + self._obs_rng.normal(0.0, std, v.shape)).astype(np.float32) for k, v in obs.items()}
+            for k, (low, high) in self._obs_bounds.items():
+                if k in obs:
+                    np.clip(obs[k], low, high, out=obs[k])
         h, w = self.config.image_size
         for cam in self.config.cameras:
             obs[f"image_{cam}"] = self.backend.render(cam, h, w)

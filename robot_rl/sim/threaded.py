@@ -32,6 +32,16 @@ from robot_rl.core import SpecError
 from robot_rl.sim.base_env import RobotEnv, StepResult, StepStages
 
 
+def check_actions(actions: Any, space: gym.Space) -> np.ndarray:
+    """A vector env's action batch as an array; SpecError (no env stepped) for a wrong shape, NaN or inf."""
+    batch = np.asarray(actions)
+    if batch.shape != space.shape:
+        raise SpecError(f"actions: expected shape {space.shape}, got {batch.shape}")
+    if batch.dtype.kind not in "biuf" or not np.all(np.isfinite(batch)):
+        raise SpecError("actions: must be numbers without NaN or inf; rejected, no env stepped")
+    return batch
+
+
 def finish_steps(stages: dict[int, StepStages], pending: dict[int, int],
                  run_physics: Callable[[dict[int, int]], dict[int, str]]) -> dict[int, StepResult]:
     """Drive started steps (``stages``, each waiting for ``pending[i]`` physics steps) to their results.
@@ -124,11 +134,7 @@ class ThreadedVectorEnv(SyncVectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One policy step of every env (autoresetting ones only reset, as ``SyncVectorEnv``)."""
-        batch = np.asarray(actions)
-        if batch.shape != self.action_space.shape:
-            raise SpecError(f"actions: expected shape {self.action_space.shape}, got {batch.shape}")
-        if batch.dtype.kind not in "biuf" or not np.all(np.isfinite(batch)):
-            raise SpecError("actions: must be numbers without NaN or inf; rejected, no env stepped")
+        check_actions(actions, self.action_space)
         stages: dict[int, StepStages] = {}
         pending: dict[int, int] = {}
         infos: dict[str, Any] = {}

@@ -25,13 +25,16 @@ import robot_rl.sim  # noqa: F401  (registers the ids)
 
 
 def make_vector_env(env_id: str, num_envs: int, asynchronous: bool = False, batched: bool = False,
-                    threaded: bool = False, warp: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
+                    threaded: bool = False, warp: bool = False, processes: int = 1,
+                    **kwargs: Any) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` (keyword arguments go to every env, e.g. ``randomization=``).
 
     Seeding ``reset(seed=s)`` gives env ``i`` the seed ``s + i``, so a vector run is reproducible.
     ``batched=True`` picks the ``mujoco.batch`` implementation where one exists (QuadHover-v0:
     :class:`robot_rl.sim.batched_quad.BatchedQuadHover`, nominal dynamics, ~8-10x faster).
-    ``threaded=True`` steps all copies' physics at once on C threads (any robot_rl id, same envs).
+    ``threaded=True`` steps all copies' physics at once on C threads (any robot_rl id, same envs); with
+    ``processes`` > 1 the copies are split over that many worker processes, one thread each, so their Python
+    parts run in parallel too (:class:`robot_rl.sim.sharded.ShardedVectorEnv`, the same envs and seeds).
     ``warp=True`` runs the physics on MuJoCo Warp (``device=`` auto/cpu/cuda:N; nominal QuadHover-v0 and
     the G1 tasks).
     """
@@ -47,6 +50,12 @@ def make_vector_env(env_id: str, num_envs: int, asynchronous: bool = False, batc
         from robot_rl.sim.warp_vector import WarpVectorEnv
 
         return WarpVectorEnv(env_id, num_envs, **kwargs)
+    if processes != 1 and not threaded:
+        raise ValueError(f"processes={processes}: worker processes split threaded envs only (threaded=True)")
+    if threaded and processes > 1:
+        from robot_rl.sim.sharded import ShardedVectorEnv
+
+        return ShardedVectorEnv(env_id, num_envs, min(processes, num_envs), **kwargs)
     if threaded:
         from robot_rl.sim.threaded import ThreadedVectorEnv
 
