@@ -16,14 +16,16 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from robot_rl.ros.conversions import pose_from_msg, pose_to_msg  # noqa: E402
+from robot_rl.robots.panda import HOME_Q  # noqa: E402
+from robot_rl.ros.conversions import joint_state_to_msg, pose_from_msg, pose_to_msg  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = pytest.mark.ros
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
+@pytest.mark.slow
 def test_controller_node_drives_emulated_arm_and_fails_safe(tmp_path: Path) -> None:
     fifo = tmp_path / "js0"
     os.mkfifo(fifo)
@@ -77,3 +79,44 @@ def test_controller_node_drives_emulated_arm_and_fails_safe(tmp_path: Path) -> N
         finally:
             node.destroy_node()
             rclpy.shutdown()
+
+
+def test_a_starved_tick_zeroes_the_torques_and_judges_the_joint_states_at_the_next_tick() -> None:
+    """The node's own starvation (its tick ran late, joint_states still queued) must not latch the e-stop; a
+    joint_states feed that really stopped still latches it, at the next on-time tick or a second late one."""
+    from robot_rl.ros.controller_node import ControllerNode
+
+    rclpy.init()
+    try:
+        node = ControllerNode()
+        clock = [100.0]
+        node._now = lambda: clock[0]  # type: ignore[method-assign]
+        sent: list[list[float]] = []
+        node.pub_cmd.publish = lambda msg: sent.append(list(msg.data))  # type: ignore[method-assign]
+        names = list(node.embodiment.joint_names)
+
+        def measure() -> None:
+            node._on_joint_states(joint_state_to_msg(names, HOME_Q, np.zeros(len(names))))
+
+        def tick(after_s: float) -> str:
+            clock[0] += after_s
+            node._tick()
+            return str(node.controller.mode.value)
+
+        measure()
+        assert tick(0.002) != "estop" and np.any(np.abs(sent[-1]) > 0)  # gravity compensation at home
+        assert tick(0.2) != "estop" and not np.any(sent[-1])  # starved 0.2 s (timeout 0.05 s): zeros, no latch
+        measure()  # the queued message, taken before the next tick
+        assert tick(0.002) != "estop" and np.any(np.abs(sent[-1]) > 0)
+        assert tick(0.2) != "estop"  # starved again, and this time nothing was queued:
+        assert tick(0.002) == "estop" and not np.any(sent[-1])  # the next on-time tick latches
+        assert "joint_states stale" in node.controller.status.reason
+        node.destroy_node()
+
+        node = ControllerNode()  # a node that is always late still judges: the second late tick latches
+        node._now = lambda: clock[0]  # type: ignore[method-assign]
+        measure()
+        assert tick(0.002) != "estop" and tick(0.2) != "estop" and tick(0.2) == "estop"
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown()

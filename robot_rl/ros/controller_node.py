@@ -7,7 +7,9 @@ with ``intervention``, latched ``safety/estop``) and publishes joint torques at 
 controller's input), plus ``current_pose`` (arms, from the model's forward kinematics),
 ``controller/mode`` and ``/diagnostics``. Kinematics and dynamics come from the robot's MuJoCo model
 (the role Pinocchio plays in CRISP). If ``joint_states`` goes silent for ``state_timeout_s`` the node
-latches the e-stop and publishes zero torques: it never computes torques from a stale state.
+latches the e-stop and publishes zero torques: it never computes torques from a stale state. A tick that
+ran late because this node itself was starved (joint_states that arrived meanwhile are still queued)
+publishes zero torques and judges at the next tick, once, as the safety node does.
 
 A Python loop is not a hard real-time loop: for 1 kHz torque control on a real arm, run CRISP's C++
 controllers (``real_arm_crisp.launch.yaml``) and let robot_rl stream targets. Measured here with the
@@ -90,6 +92,9 @@ class ControllerNode(Node):
         self.human = False
         self._warn = RateLimitedWarnings(self.get_logger())
         self._last_mode = ""
+        self._last_tick: float | None = None
+        self._deferred = False
+        """The last tick deferred its staleness verdict (this node was starved); the next one judges."""
         self.pub_cmd = self.create_publisher(Float64MultiArray, cfg.command_topic, 10)
         self.pub_pose = self.create_publisher(PoseStamped, "current_pose", 10) if self.arm_model else None
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
@@ -140,13 +145,19 @@ class ControllerNode(Node):
 
     def _tick(self) -> None:
         now = self._now()
+        late, self._last_tick = (0.0 if self._last_tick is None else now - self._last_tick), now
         if self.state is None:
             return  # nothing measured yet: publish nothing rather than a guess
         if self.state_watchdog.stale(now):
-            if self.controller.mode.value != "estop":
+            if late > self.config.state_timeout_s / 2 and not self._deferred:
+                self._deferred = True  # starved ourselves: queued joint_states are taken before the next tick
+                self._warn(f"control ticks {late:.3f} s apart (this node was starved): zero torques, judging "
+                           f"joint_states at the next tick")
+            elif self.controller.mode.value != "estop":
                 self.controller.estop(now, f"joint_states stale for {self.state_watchdog.age(now):.3f} s")
             torques = np.zeros(self.controller.n_commands)
         else:
+            self._deferred = False
             state = RobotState(self.state.q, self.state.dq, now)
             torques = self.controller.compute(state, now)
         self.pub_cmd.publish(Float64MultiArray(data=torques.tolist()))
