@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,3 +24,9 @@ restore_interrupt()
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def fuzz_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One scratch folder per fuzz module: its fixtures' templates and every generated input's copy."""
+    return tmp_path_factory.mktemp("fuzz")

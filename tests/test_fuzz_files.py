@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers.fuzz import fresh_copy, fuzz_settings, tally
+from helpers.fuzz import fresh_copy, fuzz_settings, tally, tree_digest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -42,17 +42,13 @@ def tiny_policy() -> MLPPolicy:
     return MLPPolicy(MLPConfig(hidden=(8,)), SPEC)
 
 
-def digest(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` (the lock file aside: opening for append creates it)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
 
 
 def refused_cleanly(load: Callable[[], Any], root: Path, names: str, entry: str) -> BaseException | None:
     """Run ``load``; a failure must be a one-line ValueError naming ``names``; ``root`` must be unchanged.
 
     The outcome is tallied under the entry point ``entry`` (for the reliability drill's table)."""
-    before = digest(root)
+    before = tree_digest(root)
     error: BaseException | None = None
     try:
         load()
@@ -61,23 +57,16 @@ def refused_cleanly(load: Callable[[], Any], root: Path, names: str, entry: str)
         message = str(exc)
         assert "\n" not in message, f"multi-line message: {message!r}"
         assert names in message, f"{names!r} not named in {message!r}"
-    assert digest(root) == before, "a failed load changed files on disk"
+    assert tree_digest(root) == before, "a failed load changed files on disk"
     tally(entry, "accepted" if error is None else f"refused: {type(error).__name__}")
     return error
-
-
-@pytest.fixture(scope="module")
-def work() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory() as tmp:
-        yield Path(tmp)
-
 
 
 
 # ===================================================================================== policy checkpoints
 @pytest.fixture(scope="module")
-def policy_ckpt(work: Path) -> Path:
-    return tiny_policy().save(work / "policy")
+def policy_ckpt(fuzz_work: Path) -> Path:
+    return tiny_policy().save(fuzz_work / "policy")
 
 
 def _mutate_bytes(data: bytes, cut: int, flips: list[tuple[int, int]]) -> bytes:
@@ -92,9 +81,9 @@ def _mutate_bytes(data: bytes, cut: int, flips: list[tuple[int, int]]) -> bytes:
 @given(cut=st.integers(0, 4000), flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 7)), max_size=4))
 @example(cut=0, flips=[(0, 7)])  # header length's low byte: the header is cut mid-JSON
 @example(cut=3000, flips=[])
-def test_policy_weights_truncated_or_flipped(policy_ckpt: Path, work: Path, cut: int,
+def test_policy_weights_truncated_or_flipped(policy_ckpt: Path, fuzz_work: Path, cut: int,
                                             flips: list[tuple[int, int]]) -> None:
-    folder = fresh_copy(policy_ckpt, work)
+    folder = fresh_copy(policy_ckpt, fuzz_work)
     file = folder / WEIGHTS_FILE
     file.write_bytes(_mutate_bytes(file.read_bytes(), cut, flips))
     error = refused_cleanly(lambda: Policy.load(folder), folder, str(folder), POLICY_ENTRY)
@@ -110,10 +99,10 @@ def test_policy_weights_truncated_or_flipped(policy_ckpt: Path, work: Path, cut:
 @FUZZ
 @given(name=st.sampled_from(sorted(tiny_policy().state_dict())),
        kind=st.sampled_from(["shape", "nan", "inf", "drop", "extra", "dtype"]))
-def test_policy_weights_wrong_shape_or_non_finite(policy_ckpt: Path, work: Path, name: str, kind: str) -> None:
+def test_policy_weights_wrong_shape_or_non_finite(policy_ckpt: Path, fuzz_work: Path, name: str, kind: str) -> None:
     from safetensors.torch import save_file
 
-    folder = fresh_copy(policy_ckpt, work)
+    folder = fresh_copy(policy_ckpt, fuzz_work)
     tensors = {k: v.clone() for k, v in tiny_policy().state_dict().items()}
     t = tensors[name]
     if kind == "shape":
@@ -157,9 +146,9 @@ SPEC_KEYS = st.sampled_from(["state_dims", "image_shapes", "action_dim", "aux_di
 @example(top={"config": []}, config={}, spec={})
 @example(top={"config": {"\n": False}}, config={}, spec={})
 @example(top={"spec": {"a\u2028b": 1}}, config={}, spec={})
-def test_policy_json_hostile_fields(policy_ckpt: Path, work: Path, top: dict[str, Any], config: dict[str, Any],
+def test_policy_json_hostile_fields(policy_ckpt: Path, fuzz_work: Path, top: dict[str, Any], config: dict[str, Any],
                                     spec: dict[str, Any]) -> None:
-    folder = fresh_copy(policy_ckpt, work)
+    folder = fresh_copy(policy_ckpt, fuzz_work)
     meta = json.loads((folder / META_FILE).read_text())
     meta["config"].update(config)
     meta["spec"].update(spec)
@@ -176,8 +165,8 @@ def test_policy_json_hostile_fields(policy_ckpt: Path, work: Path, top: dict[str
 @FUZZ
 @given(raw=st.binary(max_size=300) | st.sampled_from([b"[" * 100_000, b'{"a":' * 50_000, b"\xff\xfe{}",
                                                      b'{"format": "robot_rl.policy", "type": "\xe9"}']))
-def test_policy_json_raw_bytes(policy_ckpt: Path, work: Path, raw: bytes) -> None:
-    folder = fresh_copy(policy_ckpt, work)
+def test_policy_json_raw_bytes(policy_ckpt: Path, fuzz_work: Path, raw: bytes) -> None:
+    folder = fresh_copy(policy_ckpt, fuzz_work)
     (folder / META_FILE).write_bytes(raw)
     assert refused_cleanly(lambda: Policy.load(folder), folder, str(folder), POLICY_ENTRY) is not None
 
@@ -191,12 +180,12 @@ def _training_objects() -> tuple[MLPPolicy, torch.optim.Optimizer, torch.optim.l
 
 
 @pytest.fixture(scope="module")
-def train_ckpt(work: Path) -> Path:
+def train_ckpt(fuzz_work: Path) -> Path:
     policy, optimizer, scheduler = _training_objects()
     torch.stack([p.sum() for p in policy.parameters()]).sum().backward()
     optimizer.step()
     scheduler.step()
-    return save_training_state(work / "last", policy, None, optimizer, 1, {"seed": 0}, scheduler)
+    return save_training_state(fuzz_work / "last", policy, None, optimizer, 1, {"seed": 0}, scheduler)
 
 
 def _resume(folder: Path) -> None:
@@ -208,9 +197,9 @@ def _resume(folder: Path) -> None:
 @given(cut=st.integers(0, 4000), flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 7)), max_size=4))
 @example(cut=0, flips=[(0, 7)])
 @example(cut=5, flips=[])
-def test_training_tensors_truncated_or_flipped(train_ckpt: Path, work: Path, cut: int,
+def test_training_tensors_truncated_or_flipped(train_ckpt: Path, fuzz_work: Path, cut: int,
                                                flips: list[tuple[int, int]]) -> None:
-    folder = fresh_copy(train_ckpt, work)
+    folder = fresh_copy(train_ckpt, fuzz_work)
     file = folder / STATE_TENSORS
     file.write_bytes(_mutate_bytes(file.read_bytes(), cut, flips))
     error = refused_cleanly(lambda: _resume(folder), folder, str(folder), TRAINING_ENTRY)
@@ -227,8 +216,8 @@ def test_training_tensors_truncated_or_flipped(train_ckpt: Path, work: Path, cut
 @example(changes={}, raw=b"\xff")
 @example(changes={}, raw=b"[1]")
 @example(changes={"scheduler": 3}, raw=None)
-def test_training_json_hostile(train_ckpt: Path, work: Path, changes: dict[str, Any], raw: bytes | None) -> None:
-    folder = fresh_copy(train_ckpt, work)
+def test_training_json_hostile(train_ckpt: Path, fuzz_work: Path, changes: dict[str, Any], raw: bytes | None) -> None:
+    folder = fresh_copy(train_ckpt, fuzz_work)
     if raw is None:
         meta = json.loads((folder / STATE_META).read_text())
         meta.update(changes)
@@ -241,10 +230,10 @@ def test_training_json_hostile(train_ckpt: Path, work: Path, changes: dict[str, 
 @FUZZ
 @given(name=st.sampled_from(["model.mlp.0.weight", "opt.0.exp_avg", "opt.0.step"]),
        kind=st.sampled_from(["shape", "nan", "drop"]))
-def test_training_tensors_wrong_shape_or_non_finite(train_ckpt: Path, work: Path, name: str, kind: str) -> None:
+def test_training_tensors_wrong_shape_or_non_finite(train_ckpt: Path, fuzz_work: Path, name: str, kind: str) -> None:
     from safetensors.torch import load_file, save_file
 
-    folder = fresh_copy(train_ckpt, work)
+    folder = fresh_copy(train_ckpt, fuzz_work)
     tensors = load_file(str(folder / STATE_TENSORS))
     matches = sorted(k for k in tensors if k.startswith(name.rsplit(".", 1)[0]) and k.endswith(name.split(".")[-1]))
     key = matches[0] if matches else next(iter(sorted(tensors)))
@@ -277,8 +266,8 @@ def episode_hashes(path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def store_path(work: Path) -> Path:
-    path = work / "d.zarr"
+def store_path(fuzz_work: Path) -> Path:
+    path = fuzz_work / "d.zarr"
     with EpisodeStore.create(path, INFO) as store:
         for i, n in enumerate((7, 4)):
             store.add_episode(synthetic_episode(i, n, cameras=1, size=8, joints=3), success=bool(i))
@@ -301,8 +290,8 @@ def _read_all(path: Path) -> None:
 @example(pick=0, action="attrs", at=63)  # 'version' not an integer
 @example(pick=8058, action="flip", at=313)  # a damaged .zarray read as a group: AttributeError
 @example(pick=389, action="dtype", at=194)  # episode_ends reinterpreted: "truncated" named no store
-def test_store_damaged_files(store_path: Path, work: Path, pick: int, action: str, at: int) -> None:
-    path = fresh_copy(store_path, work)
+def test_store_damaged_files(store_path: Path, fuzz_work: Path, pick: int, action: str, at: int) -> None:
+    path = fresh_copy(store_path, fuzz_work)
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != ".writer.lock")
     if action in ("dtype", "zarray"):
         files = sorted(path.rglob(".zarray"))
@@ -336,8 +325,8 @@ BAD_STEP = st.sampled_from(["obs_shape", "obs_dtype", "action_shape", "nan_rewar
 
 @settings(fuzz_settings(60))
 @given(bad=BAD_STEP, at=st.integers(0, 5), length=st.integers(1, 6))
-def test_store_refused_append_keeps_episodes(store_path: Path, work: Path, bad: str, at: int, length: int) -> None:
-    path = fresh_copy(store_path, work)
+def test_store_refused_append_keeps_episodes(store_path: Path, fuzz_work: Path, bad: str, at: int, length: int) -> None:
+    path = fresh_copy(store_path, fuzz_work)
     before = episode_hashes(path)
     steps = synthetic_episode(9, length, cameras=1, size=8, joints=3)
     t = steps[at % length]
@@ -389,7 +378,7 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 @example(doc=b"cameras:\n  ? '\n\n    '\n  : null\n")  # a key with newlines in the message
 @example(doc=b"1: a\nb: c\n")  # unknown keys of mixed types were sorted together
 @example(doc=b"version: new\n")
-def test_yaml_config_hostile(work: Path, doc: bytes) -> None:
-    file = Path(tempfile.mkdtemp(dir=work)) / "config.yaml"
+def test_yaml_config_hostile(fuzz_work: Path, doc: bytes) -> None:
+    file = Path(tempfile.mkdtemp(dir=fuzz_work)) / "config.yaml"
     file.write_bytes(doc)
     refused_cleanly(lambda: load_config(DatasetInfo, file), file.parent, str(file), "file: YAML config")

@@ -10,6 +10,7 @@ script turns them into the table in README.md and benchmarks/README.md.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import shutil
@@ -31,19 +32,19 @@ _counts: Counter[tuple[str, str]] = Counter()
 T = TypeVar("T")
 
 
-def cases(default: int, drill_cap: int | None = None) -> int:
-    """Number of generated inputs for one entry point: ``default`` in the suite, the drill's count in a drill
-    (at most ``drill_cap``: for inputs that each hold a real connection for a second)."""
+def cases(default: int, drill_share: int = 1) -> int:
+    """Number of generated inputs of one test: ``default`` in the suite; in a drill, the drill's count per
+    entry point divided by ``drill_share``, the number of tests that feed the same entry point (their
+    inputs add up to the drill's count there)."""
     value = os.environ.get(CASES_ENV)
-    n = int(value) if value else default
-    return n if drill_cap is None or not value else min(n, drill_cap)
+    return -(-int(value) // drill_share) if value else default
 
 
-def fuzz_settings(default_cases: int = 200, drill_cap: int | None = None, **overrides: Any) -> settings:
+def fuzz_settings(default_cases: int = 200, drill_share: int = 1, **overrides: Any) -> settings:
     """Hypothesis settings of every fuzz test: no deadline (loaded CI), no example database, derandomized in
     the suite (reproducible) and random in a drill (new inputs every run)."""
     drill = bool(os.environ.get(CASES_ENV))
-    base: dict[str, Any] = dict(max_examples=cases(default_cases, drill_cap), deadline=None, derandomize=not drill,
+    base: dict[str, Any] = dict(max_examples=cases(default_cases, drill_share), deadline=None, derandomize=not drill,
                                 database=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                       HealthCheck.too_slow,
                                                                       HealthCheck.data_too_large,
@@ -64,6 +65,15 @@ def bounded(fn: Callable[..., T], *args: Any, cpu_s: float, wall_s: float = 30.0
     assert cpu < cpu_s, f"one input took {cpu:.2f} s of CPU (bound {cpu_s} s)"
     assert wall < wall_s, f"one input took {wall:.1f} s (bound {wall_s} s)"
     return out
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` ({} if absent), lock files aside (opening a store for append creates
+    one): what "nothing stored lost or changed" compares."""
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
 
 
 def fresh_copy(template: Path, work: Path) -> Path:
@@ -99,6 +109,7 @@ def record_fault(fault: str, *, happened: str, recovery_s: float | None, lost: s
     folder = os.environ.get(TALLY_ENV)
     if not folder:
         return
+    Path(folder).mkdir(parents=True, exist_ok=True)
     line = {"fault": fault, "happened": happened, "recovery_s": recovery_s, "lost": lost, "robot": robot,
             "time": time.time(), **extra}
     with open(Path(folder) / f"faults-{os.getpid()}.jsonl", "a", encoding="utf-8") as f:
