@@ -152,7 +152,8 @@ FOUND = [["data", "info", "{long}"], ["data", "record", "--out", "{missing}", "-
                                                                      "--episodes", "nan"],
          ["launch", "{garbage}", "--print"], ["launch", "{bad_yaml}", "--print"], ["launch", "{folder}", "--print"],
          ["data", "export", "{store}", "--out", "{missing}", "--encoder", "nope"],
-         ["sim", "rollout", "--env", "nope", "--override", "randomization={{"]]
+         ["sim", "rollout", "--env", "nope", "--override", "randomization={{"],
+         ["sim", "rollout", "--env", "robot_rl/ArmReach-v0:", "--override", "policy_hz="]]
 """Inputs that once raised a traceback (in the order found)."""
 
 

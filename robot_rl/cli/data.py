@@ -138,10 +138,9 @@ def _record(args: argparse.Namespace) -> int:
     if args.cameras:  # offscreen rendering; MuJoCo picks its GL platform when first imported
         os.environ.setdefault("MUJOCO_GL", "egl")
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
-    import gymnasium as gym
 
     import robot_rl.sim  # noqa: F401 - registers the robot_rl envs
-    from robot_rl.cli.sim import env_overrides
+    from robot_rl.cli.sim import env_overrides, make_env
     from robot_rl.data.env_info import dataset_info
     from robot_rl.data.recorder import record
     from robot_rl.data.store import EpisodeStore
@@ -162,9 +161,9 @@ def _record(args: argparse.Namespace) -> int:
     if args.image_size:
         overrides["image_size"] = tuple(args.image_size)
     try:
-        env = gym.make(args.env, **overrides)
-    except (gym.error.Error, ValueError, TypeError) as exc:  # an unknown or malformed env id, a bad override
-        print(f"robot-rl data record: error: --env {args.env}: {exc}")
+        env = make_env(args.env, **overrides)
+    except ValueError as exc:  # an unknown or malformed env id, a bad override
+        print(f"robot-rl data record: error: {exc}")
         return 2
     source = f"gymnasium:{args.env} expert:{args.expert}"
     if args.action_noise != 0:  # ActionNoise refuses a negative or non-finite sigma

@@ -50,11 +50,10 @@ def run(args: argparse.Namespace) -> int:
     # camera policies render offscreen; MuJoCo picks its GL platform when first imported
     os.environ.setdefault("MUJOCO_GL", "egl")
     os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
-    import gymnasium as gym
     import torch
 
     import robot_rl.sim  # noqa: F401  (registers the env ids)
-    from robot_rl.cli.sim import env_overrides
+    from robot_rl.cli.sim import env_overrides, make_env
     from robot_rl.core.device import DeviceError
     from robot_rl.policies.base import CheckpointError
     from robot_rl.training.eval_workers import EvalRecipe
@@ -72,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         options = {**env_options_for(policy), **env_overrides(args.override)}  # a camera policy's cameras
-        env = gym.make(args.env, **options)
-    except (ValueError, TypeError, gym.error.Error) as exc:
+        env = make_env(args.env, **options)
+    except ValueError as exc:
         print(f"robot-rl eval: error: {exc}")
         return 2
     try:

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.stand_in:
         overrides["stand_in"] = "default"
     try:
-        env = gym.make(args.env, **overrides)
+        env = make_env(args.env, **overrides)
         expert = expert_for(env)
     except (gym.error.Error, ValueError, TypeError) as exc:
         print(f"error: {exc}")
@@ -69,6 +69,20 @@ def run(args: argparse.Namespace) -> int:
           f"mean return {sum(returns) / len(returns):.2f}, {steps / elapsed:.0f} env steps/s")
     env.close()
     return 0 if wins == args.episodes else 1
+
+
+def make_env(env_id: str, **options: Any) -> Any:
+    """``gym.make(env_id, **options)`` for an id a user typed.
+
+    An unknown or malformed id (``pkg:Env-v0`` names a module that Gymnasium imports) or a bad option is a
+    ValueError with one line, never a traceback.
+    """
+    import gymnasium as gym
+
+    try:
+        return gym.make(env_id, **options)
+    except (gym.error.Error, ValueError, TypeError, ImportError) as exc:
+        raise ValueError(f"--env {env_id}: {' '.join(str(exc).split())}") from None
 
 
 def env_overrides(items: list[str]) -> dict[str, Any]:
