@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,8 +32,10 @@ from robot_rl.data.video import read_video
 _BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
 
 
-_MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, OSError, EOFError, pa.ArrowException)
-"""What reading a corrupt or hostile dataset raises (pyarrow, PyAV, json fields of the wrong type)."""
+_MALFORMED = (ValueError, KeyError, IndexError, TypeError, AttributeError, OSError, EOFError, pa.ArrowException,
+              av.error.FFmpegError)
+"""What reading a corrupt or hostile dataset raises (pyarrow, PyAV: a truncated mp4 can lose its codec, which is
+DecoderNotFoundError, a LookupError; json fields of the wrong type)."""
 
 
 def import_lerobot(src: str | Path, dest: str | Path, default_source: str = "human",
