@@ -17,13 +17,13 @@ STAMP="$VENV/.robot_rl_setup_stamp"
 
 "$PY" - <<'PYCHECK'
 import sys
-if sys.version_info < (3, 10):
-    sys.exit(f"robot_rl needs Python >= 3.10 (ROS 2 Humble/Jazzy/Kilted); this is {sys.version.split()[0]}."
+if sys.version_info < (3, 11):
+    sys.exit(f"robot_rl needs Python >= 3.11 (MuJoCo 4; ROS 2 Jazzy/Kilted); this is {sys.version.split()[0]}."
              " Run with PYTHON=/path/to/python3.11 scripts/setup.sh")
 PYCHECK
 
-# The stamp covers every file that decides what gets installed, plus the interpreter's version.
-want="$(cat "$ROOT/setup.py" "$ROOT/requirements/"*.txt "$ROOT/scripts/setup.sh" | sha256sum | cut -c1-16)"
+# The stamp covers every file that decides what gets installed.
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/requirements/"*.txt "$ROOT/scripts/setup.sh" | sha256sum | cut -c1-16)"
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
 fi
@@ -39,8 +39,8 @@ constraint=()
 if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   constraint=(-c "$ROOT/requirements/torch-cpu.txt")
 fi
-echo "[setup] installing robot_rl[ros,dev,gpu,fleet,hardware,vendor,vla] into $VENV (first run: ~2 min, ~2 GB)"
-"${pip[@]}" install -q "${constraint[@]}" -e "$ROOT[ros,dev,gpu,fleet,hardware,vendor,vla]"
+echo "[setup] installing robot_rl[ros,dev,gpu,fleet,hardware,vendor,vla,viz] into $VENV (first run: ~2 min, ~2 GB)"
+"${pip[@]}" install -q "${constraint[@]}" -e "$ROOT[ros,dev,gpu,fleet,hardware,vendor,vla,viz]"
 
 # Bitcraze ships cflib's example scripts only in its source distribution: extract those of the installed
 # version next to the venv, where tests/test_vendor_cflib_examples.py runs them as written (skipped without).

@@ -48,7 +48,7 @@ def test_doctor_names_the_fix_when_something_is_missing() -> None:
             "from robot_rl.cli.main import main; sys.exit(main(['doctor', '--no-render']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
-    assert "[FAIL] rosbags" in proc.stdout and "fix: pip install rosbags" in proc.stdout
+    assert "[FAIL] rosbags" in proc.stdout and "fix: pip install 'rosbags<0.12,>=0.11'" in proc.stdout
 
 
 def test_online_roles_run_from_the_core_entry_point(tmp_path: Path) -> None:

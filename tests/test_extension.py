@@ -16,6 +16,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import pytest
+import tomllib
 
 from robot_rl.control import SafetyLayer, TargetRejected, build_controller, load_control_config
 from robot_rl.control.targets import JointTarget
@@ -143,19 +144,19 @@ def _vendors() -> list[str]:
 def test_each_vendor_bridge_is_one_link_module_one_node_and_one_launch_file() -> None:
     vendors = _vendors()
     assert {"crazyflie", "px4", "unitree"} <= set(vendors)
-    setup = (REPO / "setup.py").read_text(encoding="utf-8")
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     problems = []
     for vendor in vendors:
         links = sorted(p.name for p in (REPO / "robot_rl" / "hardware").glob(f"{vendor}_*.py")
                        if re.fullmatch(rf"{vendor}_(link|dds)\.py", p.name))
         if len(links) != 1:
             problems.append(f"{vendor}: link modules {links} (want one robot_rl/hardware/{vendor}_link.py)")
-        entry = re.search(rf"^\s*\"(\w+) = robot_rl\.ros\.{vendor}_bridge_node:main\"", setup, re.M)
-        if entry is None:
-            problems.append(f"{vendor}: robot_rl/ros/{vendor}_bridge_node.py has no console script in setup.py")
+        names = [name for name, target in scripts.items() if target == f"robot_rl.ros.{vendor}_bridge_node:main"]
+        if len(names) != 1:
+            problems.append(f"{vendor}: robot_rl/ros/{vendor}_bridge_node.py has no console script in pyproject.toml")
             continue
         launches = sorted({p.name.split(".")[0] for p in (REPO / "launch").glob("*.launch.*")
-                           if re.search(rf"\bexec(utable)?\W+{entry.group(1)}\b", p.read_text(encoding="utf-8"))})
+                           if re.search(rf"\bexec(utable)?\W+{names[0]}\b", p.read_text(encoding="utf-8"))})
         if len(launches) != 1:
             problems.append(f"{vendor}: launched by {launches} (want one launch file)")
     assert not problems, "\n".join(problems)

@@ -1,20 +1,24 @@
 """Sim-to-real alignment (ASAP's delta action, system identification, delta dynamics, domain randomisation).
 
-    robot-rl align collect --config config/align/quad.yaml --run runs/align_quad   # motions on the "real" robot
-    robot-rl align gap     --config config/align/quad.yaml --run runs/align_quad   # nominal sim vs recorded
-    robot-rl align fit     --config config/align/quad.yaml --run runs/align_quad --method all
-    robot-rl align eval    --config config/align/quad.yaml --run runs/align_quad   # open-loop table + plots
-    robot-rl align finetune --config config/align/quad.yaml --run runs/align_quad  # closed loop on the robot
-
-On hardware, put the robot's motions into <run>/episodes.zarr (observation keys ``qpos``/``qvel``: the
-measured joint state; ``action``: the applied commands) and start at ``gap``.
+The actions run in this order on one run folder: collect the motions, measure the gap, fit the methods,
+evaluate them open loop, fine-tune the task policy in each aligned simulator. On hardware, put the robot's
+motions into <run>/episodes.zarr (observation keys ``qpos``/``qvel``: the measured joint state; ``action``:
+the applied commands) and start at ``gap``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "sim-to-real alignment: collect, gap, fit (sysid / delta dynamics / delta action), eval, finetune"
+HELP = "sim-to-real alignment: collect, gap, fit, eval, finetune"
+EXAMPLES = """\
+robot-rl align collect --config config/align/quad.yaml --run runs/align_quad   # motions on the "real" robot
+robot-rl align gap --config config/align/quad.yaml --run runs/align_quad       # nominal sim vs recorded
+robot-rl align fit --config config/align/quad.yaml --run runs/align_quad --method all
+robot-rl align fit --config config/align/arm.yaml --run runs/align_arm --method sysid --set sysid.generations=5
+robot-rl align eval --config config/align/quad.yaml --run runs/align_quad      # open-loop table + plots
+robot-rl align finetune --config config/align/quad.yaml --run runs/align_quad  # closed loop on the robot
+"""
 
 METHODS = ("sysid", "delta_dynamics", "delta_action")
 

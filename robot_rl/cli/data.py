@@ -1,15 +1,5 @@
 """Record, inspect, check, export and import datasets (zarr episode stores).
 
-    robot-rl data record --out data/pick.zarr --episodes 20        # sim + scripted expert, no ROS
-    robot-rl data record --out data/pick.zarr --expert keyboard    # drive it yourself (terminal keys)
-    robot-rl data info data/pick.zarr
-    robot-rl data validate data/pick.zarr                          # reads everything, changes nothing
-    robot-rl data stats data/pick.zarr --out stats.json
-    robot-rl data plot data/pick.zarr --out plots/                 # state/action plots + contact sheets
-    robot-rl data export data/pick.zarr --out lerobot/pick         # LeRobot v3.0 layout
-    robot-rl data import lerobot lerobot/pick --out data/back.zarr
-    robot-rl data import bag my_bag/ --mapping bag_map.yaml --out data/bag.zarr
-
 Stores are crash safe: an interrupted recording loses only the episode it was writing.
 """
 
@@ -24,7 +14,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HELP = "record, inspect, validate, plot, export (LeRobot v3) and import (LeRobot, rosbag2) datasets"
+HELP = "record, inspect, plot, view, export and import datasets"
+EXAMPLES = """\
+robot-rl data record --out data/pick.zarr --episodes 20        # sim + scripted expert, no ROS
+robot-rl data record --out data/pick.zarr --expert keyboard    # drive it yourself (terminal keys)
+robot-rl data info data/pick.zarr
+robot-rl data validate data/pick.zarr                          # reads everything, changes nothing
+robot-rl data stats data/pick.zarr --out stats.json
+robot-rl data plot data/pick.zarr --out plots/                 # state/action plots + contact sheets
+robot-rl data view data/pick.zarr --episodes 0,1               # in rerun (pip install 'robot_rl[viz]')
+robot-rl data view data/pick.zarr --rrd pick.rrd --mcap pick.mcap   # files for rerun and Foxglove
+robot-rl data export data/pick.zarr --out lerobot/pick         # LeRobot v3.0 layout
+robot-rl data import lerobot lerobot/pick --out data/back.zarr
+robot-rl data import bag my_bag/ --mapping bag_map.yaml --out data/bag.zarr
+"""
 DEFAULT_ENV = "robot_rl/ArmPickLift-v0"
 
 
@@ -82,6 +85,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     plot.add_argument("path")
     plot.add_argument("--out", required=True, help="folder for the PNG files")
     plot.add_argument("--episodes", default=None, help="comma-separated episode indices (default: all, max 20)")
+    view = sub.add_parser("view", help="episodes in rerun (viewer or .rrd file) and/or as MCAP for Foxglove",
+                          description="Cameras, states, actions, rewards and interventions over the step and time "
+                                      "timelines; with neither --rrd nor --mcap a rerun viewer opens (--spawn).")
+    view.add_argument("path")
+    view.add_argument("--episodes", default=None, help="comma-separated episode indices (default: all)")
+    view.add_argument("--rrd", default=None, metavar="OUT.rrd", help="save a rerun recording file (one recording "
+                      "per episode; open it with `rerun OUT.rrd`)")
+    view.add_argument("--mcap", default=None, metavar="OUT.mcap",
+                      help="write MCAP with ROS 2 messages (cdr, definitions embedded) that Foxglove opens")
+    view.add_argument("--spawn", action="store_true", help="open a rerun viewer (the default without --rrd/--mcap)")
+    view.add_argument("--jpeg", type=_quality, default=None, metavar="QUALITY",
+                      help="store camera frames as JPEG of this quality (1-100; default: raw frames)")
     exp = sub.add_parser("export", help="write a store in another format (LeRobot dataset v3.0)")
     exp.add_argument("path")
     exp.add_argument("--out", required=True, help="output folder")
@@ -94,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("src", help="LeRobot dataset folder or rosbag2 folder")
     imp.add_argument("--out", required=True, help="episode store to create (bag: or append to)")
     imp.add_argument("--mapping", default=None, help="bag: YAML topic mapping (see robot_rl.data.rosbag_import)")
-    for p in (rec, val, st, plot, exp, imp):
+    for p in (rec, val, st, plot, view, exp, imp):
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -124,6 +139,13 @@ def _indices(text: str | None, total: int, limit: int | None = None) -> list[int
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise DatasetError(f"--episodes: expected comma-separated episode indices, got {text!r}") from None
+
+
+def _quality(text: str) -> int:
+    """``--jpeg``: a JPEG quality, 1..100."""
+    if not text.isdigit() or not 1 <= int(text) <= 100:
+        raise argparse.ArgumentTypeError(f"expected a JPEG quality 1..100, got {text!r}")
+    return int(text)
 
 
 def _int_list(text: str) -> list[int]:
@@ -309,6 +331,31 @@ def _plot(args: argparse.Namespace) -> int:
         if sheet is not None:
             written.append(sheet)
     print(f"wrote {len(written)} PNG file(s) to {out}")
+    return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    from robot_rl.data.store import EpisodeStore
+
+    store = EpisodeStore.open(args.path)
+    episodes = _indices(args.episodes, store.num_episodes) if args.episodes else None
+    try:
+        if args.mcap:
+            from robot_rl.data.mcap_export import export_mcap
+
+            mcap = export_mcap(store, args.mcap, episodes, jpeg_quality=args.jpeg, progress=_progress(args))
+            print(f"wrote {mcap.messages} messages of {len(mcap.episodes)} episode(s) to {mcap.path} "
+                  f"(MCAP, ROS 2 cdr) in {mcap.seconds:.1f} s")
+        if args.rrd or args.spawn or not args.mcap:
+            from robot_rl.data.viewer import view_store
+
+            shown = view_store(store, episodes, rrd=args.rrd, spawn=args.spawn or not args.rrd,
+                               jpeg_quality=args.jpeg, progress=_progress(args))
+            where = f"{shown.rrd} (open it with: rerun {shown.rrd})" if shown.rrd else "the rerun viewer"
+            print(f"sent {len(shown.episodes)} episode(s), {shown.frames} steps to {where} in {shown.seconds:.1f} s")
+    except (ImportError, RuntimeError) as exc:  # rerun missing (the viz extra), no viewer reachable
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

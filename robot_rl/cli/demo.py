@@ -33,7 +33,14 @@ if TYPE_CHECKING:
     from robot_rl.training.evaluate import EvalReport
     from robot_rl.training.runs import TrainRun
 
-HELP = "run the main robot_rl job end to end on embedded defaults"
+HELP = "the main job end to end on embedded defaults"
+EXAMPLES = """\
+robot-rl demo                                    # the real story: simulator -> the "real" robot (~16 min)
+robot-rl demo --story nominal                    # the simulator only: HG-DAgger, then 5 min of DSRL
+robot-rl demo --story nominal --pixels --episodes 100 --bc-steps 4000   # a camera policy (~1.5 h on CPU)
+robot-rl demo --stop-after "behaviour cloning"   # stop after a stage ...
+robot-rl demo --skip-to "online learning"        # ... start at one, with the earlier stages' outputs in --out
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,5 @@
 """Evaluate a trained policy in a simulation environment for N seeded episodes.
 
-    robot-rl eval runs/flow/policy --env robot_rl/ArmPickLift-v0 --episodes 50 --seed 100000
-
 Prints the success rate with a 95% Wilson interval and writes eval.json and eval.png next to the policy
 (or into --out).
 """
@@ -13,7 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-HELP = "run a trained policy in a sim env for N seeded episodes: success rate, 95% CI and a plot"
+HELP = "evaluate a policy in simulation: success rate, 95% CI, plot"
+EXAMPLES = """\
+robot-rl eval runs/flow/policy --env robot_rl/ArmPickLift-v0 --episodes 50 --seed 100000
+robot-rl eval runs/flow/policy --env robot_rl/ArmPickLift-RealStandIn-v0 --workers 2   # on the "real" stand-in
+robot-rl eval runs/hover/policy --env robot_rl/QuadHover-v0 --episodes 50 --out runs/hover/eval
+robot-rl eval runs/vla/policy --env robot_rl/ArmMultiTask-v0 --override "tasks=[lift_blue]"
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

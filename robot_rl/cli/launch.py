@@ -1,8 +1,5 @@
 """Bring up a ROS 2 graph from a YAML launch file without ``ros2 launch`` (pip-only installs, CI).
 
-    robot-rl launch sim_arm_teleop.launch.yaml use_sim_time:=true
-    robot-rl launch path/to/file.launch.yaml --print     # show the resolved commands only
-
 The file is read exactly as ``ros2 launch robot_rl <file>`` would read it; Ctrl-C stops every process.
 """
 
@@ -15,7 +12,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-HELP = "run a YAML launch file's ROS 2 graph with real processes (no ros2 launch needed)"
+HELP = "run a YAML launch file's ROS 2 graph (no ros2 launch needed)"
+EXAMPLES = """\
+robot-rl launch sim_arm_teleop.launch.yaml use_sim_time:=true
+robot-rl launch humanoid_real.launch.yaml emulate:=true --print   # show the resolved commands only
+robot-rl launch sim_arm_policy.launch.yaml policy_path:=runs/bc/policy learner_run:=runs/ros_online \\
+    learn:=true demos:=data/pick.zarr    # the online loop on the graph
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,12 +1,5 @@
 """Online fine-tuning with human interventions: one learner process and N actor processes.
 
-    robot-rl online run --policy runs/bc/policy --demos data/pick.zarr --run runs/online   # all of it
-    robot-rl online learner --run runs/online        # or by hand: the learner (reads runs/online/online.yaml)
-    robot-rl online actor --run runs/online --index 1   # ... and any number of actors, in other terminals
-    robot-rl online actor --connect learner-host:7450 --secret-file learner.key   # an actor on another machine
-    robot-rl online run --ray auto --config ... --run runs/fleet   # learner + actors placed on a Ray cluster
-    robot-rl online status runs/online               # actors, learner, interventions (also in TensorBoard)
-
 TCP between machines must be TLS (``fleet.tls_cert``/``fleet.tls_key`` on the learner, ``--tls-ca`` on an
 actor); ``--insecure`` (or ``ROBOT_RL_ALLOW_PLAINTEXT=1``) allows plaintext on a non-loopback address, with a
 warning. The secret file and the TLS key must be readable by their owner only (``chmod 600``).
@@ -29,8 +22,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from robot_rl.learners.online_config import OnlineConfig
 
-HELP = ("online fine-tuning: learner + actors with a simulated human (HG-DAgger, residual RL, RLPD or DSRL), "
-        "as separate processes")
+HELP = "online fine-tuning: a learner and actors, a simulated human"
+EXAMPLES = """\
+robot-rl online run --policy runs/bc/policy --demos data/pick.zarr --run runs/online   # all of it
+robot-rl online run --config config/learners/online_pick_lift_rlpd.yaml --demos data/pick.zarr \\
+    --run runs/rlpd --seconds 600                  # RLPD from demonstrations, no policy, 10 minutes
+robot-rl online learner --run runs/online          # or by hand: the learner (reads runs/online/online.yaml)
+robot-rl online actor --run runs/online --index 1  # ... and any number of actors, in other terminals
+robot-rl online actor --connect learner-host:7450 --secret-file learner.key --tls-ca learner.crt   # elsewhere
+robot-rl online run --ray auto --policy runs/bc/policy --run runs/fleet   # learner + actors on a Ray cluster
+robot-rl online status runs/online                 # actors, learner, interventions (also in TensorBoard)
+robot-rl online view runs/online                   # the same, live in rerun (pip install 'robot_rl[viz]')
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                "the network unencrypted; logged as a warning")
     status = sub.add_parser("status", help="actors, learner and interventions of a running (or finished) run")
     status.add_argument("run_folder", metavar="RUN", help="the run folder the learner writes to")
+    view = sub.add_parser("view", help="follow a running (or finished) run live in rerun: losses, success, "
+                          "interventions, weight versions, camera frames")
+    view.add_argument("run_folder", metavar="RUN", help="the run folder the learner writes to")
+    view.add_argument("--rrd", default=None, metavar="OUT.rrd", help="save the recording to this file (no viewer "
+                      "unless --spawn)")
+    view.add_argument("--spawn", action="store_true", help="open a rerun viewer (the default without --rrd)")
+    view.add_argument("--seconds", type=float, default=None, help="stop following after this long (default: Ctrl-C)")
+    view.add_argument("--poll", type=float, default=1.0, metavar="S", help="seconds between reads (default: 1)")
+    view.add_argument("--no-frames", action="store_true", help="leave camera frames out")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
 
             print(format_status(read_status(args.run_folder)))
             return 0
+        if args.role == "view":
+            return _view(args)
         if args.exit_with_parent is not None:
             exit_with_parent(args.exit_with_parent)
         run_role(args)
@@ -101,6 +115,23 @@ def run(args: argparse.Namespace) -> int:
     except AuthError as exc:
         print(f"robot-rl online: the learner refused this actor: {exc}")
         return 3
+    return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    try:
+        from robot_rl.learners.live_view import follow_run
+
+        counts = follow_run(args.run_folder, rrd=args.rrd, spawn=args.spawn or not args.rrd, seconds=args.seconds,
+                            poll_s=args.poll, frames=not args.no_frames)
+    except (ImportError, RuntimeError) as exc:  # rerun missing (the viz extra), no viewer reachable
+        print(f"robot-rl online: error: {exc}")
+        return 2
+    frames = (f"{counts.frames} camera frames ({', '.join(counts.image_keys)})" if counts.frames else
+              "no camera frames (the learner's checkpointed steps hold no images, or none were checkpointed yet)")
+    print(f"followed {args.run_folder}: {counts.learner_lines} learner log lines, "
+          f"{sum(counts.episodes.values())} episodes of {len(counts.episodes)} actor(s), {counts.statuses} status "
+          f"updates, {frames}" + (f"; recording: {args.rrd}" if args.rrd else ""))
     return 0
 
 

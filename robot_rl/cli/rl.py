@@ -1,10 +1,5 @@
 """Reinforcement learning from scratch in simulation: PPO (rsl_rl) or SAC, one config file, one command.
 
-    robot-rl rl train config/rl/quad_hover.yaml --out runs/hover          # hover in about a minute on 2 cores
-    robot-rl rl train config/rl/quad_hover.yaml --out runs/hover2 --set target_success=null --set time_budget_s=300
-    robot-rl rl train config/rl/arm_reach.yaml --out runs/reach --set algorithm=sac
-    robot-rl eval runs/hover/policy --env robot_rl/QuadHover-v0 --episodes 50
-
 Writes TensorBoard logs, the deployable policy (runs/<name>/policy: an ``mlp`` policy, model.safetensors +
 policy.json with the observation statistics inside), learning_curve.png, eval.json and summary.json.
 """
@@ -13,7 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "reinforcement learning from scratch in simulation (PPO or SAC; config file, TensorBoard, learning curve)"
+HELP = "reinforcement learning from scratch in simulation (PPO, SAC)"
+EXAMPLES = """\
+robot-rl rl train config/rl/quad_hover.yaml --out runs/hover          # hover in about a minute on 2 cores
+robot-rl rl train config/rl/quad_hover.yaml --out runs/hover2 --set target_success=null --set time_budget_s=300
+robot-rl rl train config/rl/arm_reach.yaml --out runs/reach --set algorithm=sac
+robot-rl rl train config/rl/humanoid_walk.yaml --out runs/walk --device cuda --set vector=warp \\
+    --set processes=1 --set num_envs=4096    # the G1 on MuJoCo Warp (a CUDA GPU)
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,9 +1,9 @@
 """Run the simulated environments from the command line.
 
-``robot-rl sim list`` prints the registered ids; ``robot-rl sim rollout --env robot_rl/ArmPickLift-v0
---episodes 5`` runs the env's scripted expert / reference controller and prints the success rate,
-mean return and steps per second (add ``--stand-in`` for the hidden real-world stand-in dynamics). Episodes
-run through the runtime's episode loop, so success means what it means in evaluation and recording.
+``list`` prints the registered ids; ``rollout`` runs the env's scripted expert / reference controller and
+prints the success rate, mean return and steps per second (``--stand-in``: the hidden real-world stand-in
+dynamics). Episodes run through the runtime's episode loop, so success means what it means in evaluation
+and recording.
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ import argparse
 import time
 from typing import Any
 
-HELP = "list the simulated environments or roll out their scripted experts"
+HELP = "list the simulated environments, roll out their experts"
+EXAMPLES = """\
+robot-rl sim list
+robot-rl sim rollout --env robot_rl/ArmPickLift-v0 --episodes 5       # the scripted expert's success rate
+robot-rl sim rollout --env robot_rl/QuadHover-v0 --stand-in           # the same on the "real" stand-in
+robot-rl sim rollout --env robot_rl/ArmPush-v0 --override policy_hz=20 --seed 10
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,10 +1,5 @@
 """Train an imitation policy from an episode store (zarr) or a LeRobot v3 dataset.
 
-    robot-rl train config/policies/flow_pick_lift.yaml --dataset data/pick.zarr --out runs/flow
-    robot-rl train config/policies/flow_pick_lift.yaml --out runs/flow --resume     # continue a run
-    robot-rl train config/policies/diffusion_pick_lift.yaml --set steps=500 --set policy.horizon=8
-    robot-rl train config/policies/flow_pick_lift.yaml --out runs/flow --device cuda  # default: auto
-
 Writes TensorBoard logs (runs/<name>/tensorboard), checkpoints (checkpoints/last) and the exported
 policy (runs/<name>/policy: model.safetensors + policy.json) that ``robot-rl eval`` runs.
 """
@@ -13,7 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "train a diffusion / flow / MeanFlow / VLA policy from a dataset (config file, resume, TensorBoard)"
+HELP = "train a diffusion, flow, MeanFlow or VLA policy on a dataset"
+EXAMPLES = """\
+robot-rl train config/policies/flow_pick_lift.yaml --dataset data/pick.zarr --out runs/flow
+robot-rl train config/policies/flow_pick_lift.yaml --out runs/flow --resume     # continue a run
+robot-rl train config/policies/diffusion_pick_lift.yaml --out runs/diffusion --set steps=500 --set policy.horizon=8
+robot-rl train config/policies/flow_pick_lift.yaml --out runs/flow --device cuda  # default: auto
+robot-rl train config/policies/vla_pick_lift.yaml --dataset lerobot/pick --out runs/vla   # a LeRobot v3 folder
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
