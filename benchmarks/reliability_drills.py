@@ -36,10 +36,11 @@ def discover(pattern: str) -> list[str]:
 
 
 def run_pytest(files: list[str], tally: Path, cases: int, keyword: str | None, timeout_s: float) -> tuple[int, float]:
-    """Run pytest on ``files`` with the drill's environment; returns (exit code, seconds)."""
+    """Run pytest on ``files`` with the drill's environment; returns (exit code, seconds). Each test's outcome
+    goes to ``tally``/junit.xml (:func:`test_outcomes`)."""
     env = dict(os.environ, ROBOT_RL_FUZZ_CASES=str(cases), ROBOT_RL_DRILL_TALLY=str(tally))
     cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-v", "-p", "no:cacheprovider", "--timeout",
-           str(int(timeout_s)), *files]
+           str(int(timeout_s)), f"--junitxml={tally / 'junit.xml'}", *files]
     if keyword:
         cmd += ["-k", keyword]
     t0 = time.perf_counter()
@@ -60,12 +61,30 @@ def collect(tally: Path) -> tuple[dict[str, dict[str, int]], list[dict[str, obje
     return {k: dict(v) for k, v in sorted(inputs.items())}, faults
 
 
+def test_outcomes(junit: Path) -> dict[str, str]:
+    """{test id: passed | failed | skipped} from pytest's JUnit XML."""
+    import xml.etree.ElementTree as ET
+
+    out: dict[str, str] = {}
+    if not junit.is_file():
+        return out
+    for case in ET.parse(junit).iter("testcase"):
+        test = f"{case.get('classname', '')}::{case.get('name', '')}"
+        kinds = {child.tag for child in case}
+        out[test] = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
+    return out
+
+
 def table(inputs: dict[str, dict[str, int]], faults: list[dict[str, object]], summary: dict[str, object]) -> str:
     """The markdown tables of the README."""
+    fixed = [str(t) for t in summary.get("rerun_after_fix") or []]  # type: ignore[attr-defined]
     held = ("Every row's property held for every input: a clear one-line error or refusal, no crash of a "
             "long-running process, bounded time, nothing stored changed." if not summary["exit_code"] else
             "Some inputs failed the property: see the run's log (pytest prints each falsifying input).")
-    runs = summary.get("runs") or [f"{summary['cases']} generated inputs per fuzz test, pytest exit code "
+    if fixed and not summary["exit_code"]:
+        held += (f" Tests that failed in an earlier part and passed when rerun after their fix (the rerun's counts "
+                 f"replace the earlier ones): {', '.join(t.split('::')[-1] for t in fixed)}.")
+    runs: list[str] = summary.get("runs") or [  # type: ignore[assignment]f"{summary['cases']} generated inputs per fuzz test, pytest exit code "
                                    f"{summary['exit_code']}, {summary['minutes']:.0f} min"]
     lines = [f"Drill of {summary['date']} on {summary['cpus']} CPU cores: " + "; ".join(runs) + ". " + held, "",
              "| entry point | inputs | outcomes |", "|---|---:|---|"]
@@ -101,30 +120,46 @@ def write(out: Path, summary: dict[str, object], inputs: dict[str, dict[str, int
 
 
 def combine(parts: list[Path], out: Path) -> int:
-    """One table from partial runs (e.g. the fuzz tests and the fault drills run apart)."""
-    inputs: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    """One table from partial runs (e.g. the fuzz tests and the fault drills run apart).
+
+    A later part supersedes an earlier one where they overlap: its counts replace the earlier counts of every
+    entry point it tallied, and a test that failed earlier but passed in the later part (rerun after a fix) no
+    longer fails the combined run. A part without per-test outcomes that failed fails the combined run.
+    """
+    inputs: dict[str, dict[str, int]] = {}
     faults: list[dict[str, object]] = []
+    outcomes_by_test: dict[str, str] = {}
+    failed_unknown = False
+    rerun: list[str] = []
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in parts]
     for run in runs:
-        for entry, outcomes in run["inputs"].items():
-            for name, n in outcomes.items():
-                inputs[entry][name] += n
+        inputs.update({entry: dict(counts) for entry, counts in run["inputs"].items()})
         faults += run["faults"]
-    code = max(int(r["summary"]["exit_code"]) for r in runs)
+        tests = run["summary"].get("tests")
+        if tests is None:
+            failed_unknown |= bool(run["summary"]["exit_code"])
+            continue
+        for test, outcome in tests.items():
+            if outcomes_by_test.get(test) == "failed" and outcome == "passed":
+                rerun.append(test)
+            outcomes_by_test[test] = outcome
+    code = int(failed_unknown or "failed" in outcomes_by_test.values())
     summary = {"date": max(r["summary"]["date"] for r in runs), "cases": min(r["summary"]["cases"] for r in runs),
                "exit_code": code, "failed": "some" if code else "none",
                "minutes": sum(r["summary"]["minutes"] for r in runs), "cpus": os.cpu_count(),
                "files": sorted({f for r in runs for f in r["summary"]["files"]}), "parts": [str(p) for p in parts],
+               "tests": outcomes_by_test, "rerun_after_fix": rerun,
                "runs": [f"{', '.join(Path(f).stem for f in r['summary']['files'])} at {r['summary']['cases']} inputs "
                         f"per test (exit code {r['summary']['exit_code']}, {r['summary']['minutes']:.0f} min)"
                         for r in runs]}
-    write(out, summary, {k: dict(v) for k, v in sorted(inputs.items())}, faults)
+    write(out, summary, dict(sorted(inputs.items())), faults)
     return code
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", type=int, default=10_000, help="generated inputs per fuzz test")
+    parser.add_argument("--cases", type=int, default=10_000,
+                        help="generated inputs per entry point (a test sharing one with others runs its share)")
     parser.add_argument("-k", dest="keyword", default=None, help="pytest -k expression to run a subset")
     parser.add_argument("--no-faults", action="store_true", help="fuzz tests only")
     parser.add_argument("--no-fuzz", action="store_true", help="fault drills only")
@@ -145,9 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         tally = Path(folder)
         code, seconds = run_pytest(files, tally, args.cases, args.keyword, args.timeout)
         inputs, faults = collect(tally)
+        tests = test_outcomes(tally / "junit.xml")
     summary = {"date": time.strftime("%Y-%m-%d"), "cases": args.cases, "exit_code": code,
                "failed": "some" if code else "none", "minutes": seconds / 60, "cpus": os.cpu_count(),
-               "files": files, "keyword": args.keyword}
+               "files": files, "keyword": args.keyword, "tests": tests}
     write(args.out, summary, inputs, faults)
     short = [e for e, o in inputs.items() if sum(o.values()) < 10_000]
     if short and args.cases >= 10_000:
