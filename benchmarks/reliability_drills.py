@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,15 +78,16 @@ def test_outcomes(junit: Path) -> dict[str, str]:
 
 def table(inputs: dict[str, dict[str, int]], faults: list[dict[str, object]], summary: dict[str, object]) -> str:
     """The markdown tables of the README."""
-    fixed = [str(t) for t in summary.get("rerun_after_fix") or []]  # type: ignore[attr-defined]
+    fixed = cast("list[str]", summary.get("rerun_after_fix") or [])
     held = ("Every row's property held for every input: a clear one-line error or refusal, no crash of a "
             "long-running process, bounded time, nothing stored changed." if not summary["exit_code"] else
             "Some inputs failed the property: see the run's log (pytest prints each falsifying input).")
     if fixed and not summary["exit_code"]:
         held += (f" Tests that failed in an earlier part and passed when rerun after their fix (the rerun's counts "
                  f"replace the earlier ones): {', '.join(t.split('::')[-1] for t in fixed)}.")
-    runs: list[str] = summary.get("runs") or [  # type: ignore[assignment]f"{summary['cases']} generated inputs per fuzz test, pytest exit code "
-                                   f"{summary['exit_code']}, {summary['minutes']:.0f} min"]
+    runs = cast("list[str]", summary.get("runs")) or [
+        f"{summary['cases']} generated inputs per fuzz test, pytest exit code {summary['exit_code']}, "
+        f"{summary['minutes']:.0f} min"]
     lines = [f"Drill of {summary['date']} on {summary['cpus']} CPU cores: " + "; ".join(runs) + ". " + held, "",
              "| entry point | inputs | outcomes |", "|---|---:|---|"]
     for entry, outcomes in inputs.items():
