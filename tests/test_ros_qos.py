@@ -25,6 +25,9 @@ class FakeLogger:
     def warning(self, text: str) -> None:
         self.lines.append(text)
 
+    def error(self, text: str) -> None:
+        self.lines.append("ERROR " + text)
+
 
 class FakeNode:
     """Collects the subscription callbacks subscribe_targets creates, so a test can call them directly."""
@@ -58,6 +61,19 @@ def test_rate_limiter_keys_budget_and_counts_suppressed_lines() -> None:
         warn(f"rejected target_pose: position [{i * 0.1:.3f}, -{i}, {i}e-3] outside")
     warn("rejected target_pose: contains NaN")  # another reason on the same topic is not hidden
     assert len(log.lines) == 6 and log.lines[-1].endswith("NaN")
+
+
+def test_a_dead_policy_reported_on_every_tick_is_logged_once_per_second_as_an_error() -> None:
+    log, clock = FakeLogger(), Clock()
+    errors = RateLimitedWarnings(log, clock=clock, level="error")  # type: ignore[arg-type]
+    for tick in range(30):  # 3 s of a 10 Hz inference loop whose policy process died
+        clock.now = tick * 0.1
+        errors("chunk rejected: the LeRobot child process died (signal 9)")
+    assert log.lines == ["ERROR chunk rejected: the LeRobot child process died (signal 9)",
+                         "ERROR chunk rejected: the LeRobot child process died (signal 9) (9 similar suppressed)",
+                         "ERROR chunk rejected: the LeRobot child process died (signal 9) (9 similar suppressed)"]
+    with pytest.raises(ValueError, match="level"):
+        RateLimitedWarnings(log, level="info")  # type: ignore[arg-type]
 
 
 def test_a_flood_of_bad_targets_logs_a_bounded_number_of_lines() -> None:

@@ -350,8 +350,12 @@ class Policy(nn.Module):
     @classmethod
     def load(cls, path: str | Path) -> Policy:
         """Build the policy a checkpoint folder describes and load its weights (no pickle anywhere)."""
-        from robot_rl.policies import get_policy_class
+        from robot_rl.policies import adapter_for, get_policy_class
 
+        if (adapter := adapter_for(path)) is not None:  # a LeRobot checkpoint: run through its adapter
+            if cls is not Policy and not issubclass(adapter, cls):
+                raise CheckpointError(f"{path}: holds a {adapter.name!r} checkpoint, not a {cls.name!r} policy")
+            return adapter.load(path)
         meta = read_metadata(path)
         file = Path(path) / META_FILE
         try:

@@ -51,7 +51,7 @@ from robot_rl.ros.node_main import run_node
 from robot_rl.ros.observation_sources import ObservationSources, parse_constants
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.policy_node_config import PolicyNodeConfig
-from robot_rl.ros.qos import LATCHED
+from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
 from robot_rl.ros.streaming_actor import StreamingActor
 from robot_rl.runtime.actions import ActionAdapter, Command, LastActionFeedback, make_adapter
 from robot_rl.runtime.policy_runner import PolicyRunner
@@ -66,6 +66,7 @@ class PolicyNode(Node):
     def __init__(self) -> None:
         super().__init__("policy")
         cfg = self.config = declare_config(self, PolicyNodeConfig)
+        self._errors = RateLimitedWarnings(self.get_logger(), level="error")
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         policy = Policy.load(cfg.policy_path)
@@ -182,7 +183,11 @@ class PolicyNode(Node):
         self.runner.poll_weights()
 
     def _on_error(self, message: str) -> None:
-        self.get_logger().error(message)
+        """A rejected chunk or weights version, logged once per second per reason.
+
+        A dead policy (a LeRobot child process gone) repeats on every inference tick.
+        """
+        self._errors(message)
 
     def _tick(self) -> None:
         if GAIT_CLOCK in self.sources.constants and self.clock_start is not None:

@@ -33,10 +33,14 @@ class RateLimitedWarnings:
     """
 
     def __init__(self, logger: RcutilsLogger, period: float = 1.0, max_keys: int = 256, max_lines: int = 10,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, level: str = "warning") -> None:
         if period <= 0 or max_keys < 1 or max_lines < 1:
             raise ValueError("RateLimitedWarnings: period, max_keys and max_lines must be positive")
+        if level not in ("warning", "error"):
+            raise ValueError(f"RateLimitedWarnings: level must be warning or error, got {level!r}")
         self.logger = logger
+        self.level = level
+        """The severity of every line: ``error`` for faults that stop the robot acting (a dead policy)."""
         self.period = period
         self.max_keys = max_keys
         self.max_lines = max_lines
@@ -64,5 +68,5 @@ class RateLimitedWarnings:
         self._last[key] = now
         self._recent.append(now)
         skipped = self._suppressed.pop(key, 0)
-        self.logger.warning(text + (f" ({skipped} similar suppressed)" if skipped else ""))
+        getattr(self.logger, self.level)(text + (f" ({skipped} similar suppressed)" if skipped else ""))
         return True
