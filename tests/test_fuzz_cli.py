@@ -153,7 +153,9 @@ FOUND = [["data", "info", "{long}"], ["data", "record", "--out", "{missing}", "-
          ["launch", "{garbage}", "--print"], ["launch", "{bad_yaml}", "--print"], ["launch", "{folder}", "--print"],
          ["data", "export", "{store}", "--out", "{missing}", "--encoder", "nope"],
          ["sim", "rollout", "--env", "nope", "--override", "randomization={{"],
-         ["sim", "rollout", "--env", "robot_rl/ArmReach-v0:", "--override", "policy_hz="]]
+         ["sim", "rollout", "--env", "robot_rl/ArmReach-v0:", "--override", "policy_hz="],
+         ["train", "{bad_yaml}", "--out", "{missing}", "--set", "randomization={{"],
+         ["rl", "train", "{keys_yaml}", "--out", "{missing}", "--set", "ppo={{"]]
 """Inputs that once raised a traceback (in the order found)."""
 
 

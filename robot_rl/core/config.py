@@ -97,7 +97,10 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is not a section")
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            node[leaf] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:  # e.g. randomization={ : one line naming the override
+            raise ConfigError(f"override {item!r}: the value is not YAML ({' '.join(str(exc).split())})") from None
     return data
 
 
