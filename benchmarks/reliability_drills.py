@@ -121,6 +121,12 @@ def write(out: Path, summary: dict[str, object], inputs: dict[str, dict[str, int
     print(text)
 
 
+def _what_ran(summary: dict[str, object]) -> str:
+    """A part's tests in a few words: its -k expression if it had one, else its files."""
+    keyword = summary.get("keyword")
+    return f"-k {keyword!r}" if keyword else ", ".join(Path(str(f)).stem for f in cast("list[str]", summary["files"]))
+
+
 def combine(parts: list[Path], out: Path) -> int:
     """One table from partial runs (e.g. the fuzz tests and the fault drills run apart).
 
@@ -151,9 +157,8 @@ def combine(parts: list[Path], out: Path) -> int:
                "minutes": sum(r["summary"]["minutes"] for r in runs), "cpus": os.cpu_count(),
                "files": sorted({f for r in runs for f in r["summary"]["files"]}), "parts": [str(p) for p in parts],
                "tests": outcomes_by_test, "rerun_after_fix": rerun,
-               "runs": [f"{', '.join(Path(f).stem for f in r['summary']['files'])} at {r['summary']['cases']} inputs "
-                        f"per test (exit code {r['summary']['exit_code']}, {r['summary']['minutes']:.0f} min)"
-                        for r in runs]}
+               "runs": [f"{_what_ran(r['summary'])} at {r['summary']['cases']} inputs per entry point "
+                        f"(exit code {r['summary']['exit_code']}, {r['summary']['minutes']:.0f} min)" for r in runs]}
     write(out, summary, dict(sorted(inputs.items())), faults)
     return code
 
