@@ -2,7 +2,7 @@
 ``bridge_latency_crazyflie.py``): one measurement, run on any graph that speaks the quadrotor sim's topics.
 
 A probe node publishes ``target_body_rates`` (TwistStamped: angular = body rates, linear.z = hover thrust [N])
-at 50 Hz, as a policy would, and times a yaw-rate step (0 -> ``step``) until ``odom/twist`` shows the yaw rate
+at 50 Hz, as a policy would, and times a yaw-rate step (0 -> ``step``) until ``odom`` shows the yaw rate
 past ``threshold`` (wall time, the arrival of that message); then it reads the CPU use of the named processes
 over 3 s of streaming. Graphs whose vehicle starts on the floor pass a ``takeoff`` that flies it up first.
 """
@@ -37,23 +37,24 @@ def _isolate() -> None:
 
 
 class Probe:
-    """The benchmark's ROS node: ``odom/twist`` in, ``target_body_rates`` out."""
+    """The benchmark's ROS node: ``odom`` (its body-frame twist) in, ``target_body_rates`` out."""
 
     def __init__(self, name: str = "quad_latency_probe") -> None:
         import rclpy
         from geometry_msgs.msg import TwistStamped
+        from nav_msgs.msg import Odometry
 
         self._rclpy, self._twist = rclpy, TwistStamped
         self.node = rclpy.create_node(name)
         self.w = 0.0
         """Last measured yaw rate [rad/s]."""
         self.t = 0.0
-        """Arrival time (monotonic) of the last odom/twist, 0 before the first."""
-        self.node.create_subscription(TwistStamped, "/odom/twist", self._on_twist, 10)
+        """Arrival time (monotonic) of the last odom, 0 before the first."""
+        self.node.create_subscription(Odometry, "/odom", self._on_twist, 10)
         self._rates = self.node.create_publisher(TwistStamped, "/target_body_rates", 10)
 
     def _on_twist(self, msg: object) -> None:
-        self.w, self.t = msg.twist.angular.z, time.monotonic()  # type: ignore[attr-defined]
+        self.w, self.t = msg.twist.twist.angular.z, time.monotonic()  # type: ignore[attr-defined]
 
     def spin(self, seconds: float, publish: Callable[[], None], until: Callable[[], bool] | None = None) -> bool:
         """Spin up to ``seconds``, calling ``publish`` at 50 Hz (a policy's rate); True once ``until`` holds."""

@@ -8,9 +8,9 @@ Side by side in one run, on the same cf2x model and controller:
   submits the same step to ``crazyflie_emulator`` running as its own process, and waits for the first state
   log sample past the threshold (wall time): response + transport + the 10 ms log period;
 * ``ROS sim graph``: quadrotor_sim.launch.yaml, a probe node's ``target_body_rates`` -> sim_node ->
-  ``odom/twist`` (wall time, a 50 Hz command stream as a policy's);
+  ``odom`` (wall time, a 50 Hz command stream as a policy's);
 * ``ROS Crazyflie graph``: quadrotor_real.launch.yaml emulate:=true, the same probe: ``target_body_rates`` ->
-  crazyflie_bridge -> cflib + UDP -> crazyflie_emulator -> CRTP log -> crazyflie_bridge -> ``odom/twist``; its
+  crazyflie_bridge -> cflib + UDP -> crazyflie_emulator -> CRTP log -> crazyflie_bridge -> ``odom``; its
   difference over the sim graph, and the CPU use of sim_node, bridge and emulator
   (:mod:`_quad_graph_latency`, shared with ``bridge_latency_px4.py``);
 * ``CRTP echo``: a link-service echo round trip through cflib and UDP (transport alone).

@@ -8,9 +8,9 @@ the physics' own response (motor lag) is the floor and the rest is transport:
 2. raw MAVLink: this process's :class:`Px4Link` <-> a ``px4_emulator`` process over loopback UDP,
    SET_ATTITUDE_TARGET -> ATTITUDE_QUATERNION (requested at 250 Hz), wall time; plus the COMMAND_LONG ->
    COMMAND_ACK round trip (the bare transport);
-3. ROS, sim: quadrotor_sim.launch.yaml, ``target_body_rates`` -> sim_node -> ``odom/twist``;
+3. ROS, sim: quadrotor_sim.launch.yaml, ``target_body_rates`` -> sim_node -> ``odom``;
 4. ROS, PX4: px4_real.launch.yaml emulate:=true, ``target_body_rates`` -> px4_bridge -> MAVLink UDP ->
-   px4_emulator -> MAVLink UDP -> px4_bridge -> ``odom/twist``; and the CPU use of bridge and emulator.
+   px4_emulator -> MAVLink UDP -> px4_bridge -> ``odom``; and the CPU use of bridge and emulator.
 
 Run: ``.venv/bin/python benchmarks/bridge_latency_px4.py [--trials 15]``.
 """

@@ -23,7 +23,8 @@ if sys.version_info < (3, 11):
 PYCHECK
 
 # The stamp covers every file that decides what gets installed.
-want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/requirements/"*.txt "$ROOT/scripts/setup.sh" | sha256sum | cut -c1-16)"
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/requirements/"*.txt "$ROOT/scripts/setup.sh" \
+  "$ROOT/scripts/build_tf2_msgs.sh" | sha256sum | cut -c1-16)"
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0
 fi
@@ -41,6 +42,10 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
 fi
 echo "[setup] installing robot_rl[ros,dev,gpu,fleet,hardware,vendor,vla,viz] into $VENV (first run: ~2 min, ~2 GB)"
 "${pip[@]}" install -q "${constraint[@]}" -e "$ROOT[ros,dev,gpu,fleet,hardware,vendor,vla,viz]"
+
+# PyPI has no tf2_msgs wheel: build tf2_msgs/TFMessage (for /tf and /tf_static) into the venv from its
+# one-line definition with the ROS wheels' own rosidl generators (~15 s; needs cmake and a C/C++ compiler).
+"$ROOT/scripts/build_tf2_msgs.sh" "$VENV"
 
 # Bitcraze ships cflib's example scripts only in its source distribution: extract those of the installed
 # version next to the venv, where tests/test_vendor_cflib_examples.py runs them as written (skipped without).

@@ -31,6 +31,7 @@ from helpers.ros_messages import (  # noqa: E402
     hostile_batch,
     images,
     joint_states,
+    odometries,
     poses,
     twists,
     wire,
@@ -262,8 +263,8 @@ def test_target_gate(ros: SimpleNamespace, topic: str) -> None:
 
 @pytest.mark.parametrize(("topic", "strategy"), [
     ("joint_states", st.deferred(lambda: joint_states([*PANDA_JOINTS, *PANDA.gripper_joints], [*HOME, 0.04, 0.04]))),
-    ("current_pose", poses()), ("front/image_raw", images()), ("odom/pose", poses((0.0, 0.0, 0.8))),
-    ("odom/twist", twists()), ("cmd_vel", twists()), ("teleop/cmd_vel", twists())])
+    ("current_pose", poses()), ("front/image_raw", images()), ("odom", odometries()), ("cmd_vel", twists()),
+    ("teleop/cmd_vel", twists())])
 def test_policy_node_inputs(ros: SimpleNamespace, topic: str, strategy: st.SearchStrategy[Any]) -> None:
     """The policy node's ObservationSources: what it hands the policy is finite and of the trained shape."""
     sources = ros.walker if topic.startswith(("odom", "cmd_vel", "teleop")) else ros.arm

@@ -249,6 +249,7 @@ class Probe:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from geometry_msgs.msg import PoseStamped, TwistStamped
+        from nav_msgs.msg import Odometry
         from std_msgs.msg import Bool, String
         from std_srvs.srv import Trigger
 
@@ -264,8 +265,7 @@ class Probe:
         self.commands: list[float] = []
         self.yaw = 0.0
         n = self.node
-        n.create_subscription(PoseStamped, "/odom/pose", self._pose, 50)
-        n.create_subscription(TwistStamped, "/odom/twist", self._twist, 50)
+        n.create_subscription(Odometry, "/odom", self._odometry, 50)
         n.create_subscription(String, "/controller/mode", lambda m: self.modes.append((time.monotonic(), m.data)),
                               LATCHED)
         n.create_subscription(DiagnosticArray, "/diagnostics", self._diag, 10)
@@ -277,6 +277,11 @@ class Probe:
         self.Bool = Bool
         self.estop_client: Any = n.create_client(Trigger, "/safety/estop")
         self.PoseStamped, self.TwistStamped, self.Trigger = PoseStamped, TwistStamped, Trigger
+
+    def _odometry(self, msg: Any) -> None:
+        """nav_msgs/Odometry: its pose and twist (body frame) have the layouts of PoseStamped and TwistStamped."""
+        self._pose(msg.pose)
+        self._twist(msg.twist)
 
     def _pose(self, msg: Any) -> None:
         p, q = msg.pose.position, msg.pose.orientation

@@ -24,7 +24,8 @@ from scipy.spatial.transform import Rotation
 
 rclpy = pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from geometry_msgs.msg import PoseStamped, TwistStamped  # noqa: E402
+from geometry_msgs.msg import TwistStamped  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
 from std_msgs.msg import Bool  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -33,9 +34,9 @@ from robot_rl.hardware import px4_codec as codec  # noqa: E402
 from robot_rl.hardware.px4_emulator import EmulatorConfig, Px4Emulator  # noqa: E402
 from robot_rl.hardware.px4_link import OffboardSession, Px4Link, SessionConfig, VehicleState  # noqa: E402
 from robot_rl.robots import cf2x  # noqa: E402
-from robot_rl.ros.conversions import pose_from_msg  # noqa: E402
 from robot_rl.ros.launch_processes import LaunchedGraph, launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.odometry import odometry_from_msg  # noqa: E402
 from robot_rl.ros.qos import LATCHED  # noqa: E402
 
 LIMITS = codec.SetpointLimits()
@@ -300,8 +301,7 @@ class Probe:
         self._quat = np.array([1.0, 0.0, 0.0, 0.0])
         self._pos = np.zeros(3)
         self.frames: set[str] = set()
-        self.node.create_subscription(PoseStamped, "/odom/pose", self._on_pose, 10)
-        self.node.create_subscription(TwistStamped, "/odom/twist", self._on_twist, 10)
+        self.node.create_subscription(Odometry, "/odom", self._on_odometry, 10)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
         self.velocity = self.node.create_publisher(TwistStamped, "/target_velocity", 10)
         self.rates = self.node.create_publisher(TwistStamped, "/target_body_rates", 10)
@@ -310,15 +310,11 @@ class Probe:
         self.estop = self.node.create_client(Trigger, "/safety/estop")
         self.reset = self.node.create_client(Trigger, "/safety/reset")
 
-    def _on_pose(self, msg: PoseStamped) -> None:
-        self._pos, self._quat = pose_from_msg(msg)
-        self.frames.add(msg.header.frame_id)
-
-    def _on_twist(self, msg: TwistStamped) -> None:
-        lin, ang = msg.twist.linear, msg.twist.angular
-        v_world = quat_to_mat(self._quat) @ np.array([lin.x, lin.y, lin.z])
-        self.samples.append((time.monotonic(), self._pos.copy(), v_world, np.array([ang.x, ang.y, ang.z])))
-        self.frames.add(msg.header.frame_id)
+    def _on_odometry(self, msg: Odometry) -> None:
+        self._pos, self._quat, lin, ang = odometry_from_msg(msg)
+        v_world = quat_to_mat(self._quat) @ lin  # the twist is in the body frame (nav_msgs, REP 105)
+        self.samples.append((time.monotonic(), self._pos.copy(), v_world, ang))
+        self.frames |= {msg.header.frame_id, msg.child_frame_id}
 
     def _on_diag(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -411,7 +407,7 @@ def test_graph_tracks_velocity_and_body_rate_setpoints(graph: tuple[LaunchedGrap
     probe.spin(1.5, lambda: probe.send_velocity(east))
     assert np.linalg.norm(probe.mean(time.monotonic() - 0.4, 2) - east) < 0.1, probe.samples[-1]
     assert probe.pos[0] - start[0] > 0.5 and abs(probe.pos[1] - start[1]) < 0.1  # moved east (ENU x)
-    assert probe.frames == {"world", "base_link"}
+    assert probe.frames == {"odom", "base_link"}
     # body rates + thrust [N]: yaw counter-clockwise, then a roll right-wing-down/up doublet (FLU signs)
     probe.spin(1.0, lambda: probe.send_rates((0.0, 0.0, 1.0)))
     assert abs(probe.mean(time.monotonic() - 0.4, 3)[2] - 1.0) < 0.15, probe.samples[-1]

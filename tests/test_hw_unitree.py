@@ -244,9 +244,9 @@ def test_estop_and_link_loss_damp_and_recover() -> None:
 # --- end to end: real processes --------------------------------------------------------------------------------
 rclpy = pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from geometry_msgs.msg import PoseStamped  # noqa: E402
 from helpers.fuzz import record_fault  # noqa: E402
 from helpers.ros_spin import spin_until  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
 from sensor_msgs.msg import Imu, JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -271,13 +271,13 @@ class Probe:
         self.targets: list[tuple[float, JointState]] = []
         self.diag: list[tuple[float, str]] = []
         self.imu: list[Imu] = []
-        self.odom: list[PoseStamped] = []
+        self.odom: list[Odometry] = []
         self.lowcmd: list[tuple[float, bool, np.ndarray]] = []  # (time, damping?, q)
         n = self.node
         n.create_subscription(JointState, "/joint_states", lambda m: self.joints.append((time.monotonic(), m)), 10)
         n.create_subscription(JointState, "/target_joint", lambda m: self.targets.append((time.monotonic(), m)), 10)
         n.create_subscription(Imu, "/imu", self.imu.append, 10)
-        n.create_subscription(PoseStamped, "/odom/pose", self.odom.append, 10)
+        n.create_subscription(Odometry, "/odom", self.odom.append, 10)
         n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
         self.pub = n.create_publisher(JointState, "/target_joint", 10)
         self.estop = n.create_client(Trigger, "/safety/estop")
@@ -354,7 +354,8 @@ def test_policy_drives_the_emulated_g1_through_the_graph(graph: tuple[LaunchedGr
         (probe.diag[-3:], running.log("policy")[-2000:], running.log("unitree_bridge")[-2000:])
     probe.spin(1.0)
     assert probe.imu and probe.odom and abs(probe.imu[-1].linear_acceleration.z - 9.81) < 0.5  # hung: +g
-    assert probe.odom[-1].pose.position.z == pytest.approx(0.79)
+    assert probe.odom[-1].pose.pose.position.z == pytest.approx(0.79)
+    assert (probe.odom[-1].header.frame_id, probe.odom[-1].child_frame_id) == ("odom", "base_link")
     # The tiny policy's targets jump ~0.3 rad at 50 Hz (a barely trained flow policy): the PD follows their
     # average over the last second and moves with them.
     end = probe.joints[-1][0]

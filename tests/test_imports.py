@@ -17,7 +17,7 @@ ROOT = Path(robot_rl.__file__).parent
 ALL_MODULES = sorted(m.name for m in pkgutil.walk_packages([str(ROOT)], prefix="robot_rl."))
 CORE_MODULES = [m for m in ALL_MODULES if not m.startswith("robot_rl.ros.") or m == "robot_rl.ros.isolation"]
 ROS_PACKAGES = ("rclpy", "std_msgs", "sensor_msgs", "geometry_msgs", "trajectory_msgs", "std_srvs",
-                "diagnostic_msgs", "builtin_interfaces", "rosgraph_msgs", "rcl_interfaces")
+                "diagnostic_msgs", "builtin_interfaces", "rosgraph_msgs", "rcl_interfaces", "nav_msgs", "tf2_msgs")
 
 # Importing these fails in a process where every ROS package is poisoned in sys.modules.
 _BLOCKED_IMPORT = """

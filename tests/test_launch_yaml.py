@@ -171,3 +171,37 @@ def test_every_yaml_graph_has_a_python_twin_that_includes_it(path: Path) -> None
     source = twin.read_text()
     compile(source, str(twin), "exec")
     assert f'"{path.name}"' in source and "generate_launch_description" in source
+
+
+SIM_GRAPHS = [p for p in YAML_FILES if "sim" in p.name]
+WALL_CLOCK = {"sim", "safety", "learner"}
+"""Nodes of a sim graph that keep wall time: the sim publishes /clock, the safety node's watchdog must not run
+on the clock of what it watches (a stalled sim stops /clock), the learner stands beside the graph."""
+
+
+def test_sim_graphs_are_the_sim_launch_files() -> None:
+    assert {p.name for p in SIM_GRAPHS} == {"sim_arm_teleop.launch.yaml", "sim_arm_policy.launch.yaml",
+                                            "humanoid_sim.launch.yaml", "quadrotor_sim.launch.yaml"}
+
+
+@pytest.mark.parametrize("path", SIM_GRAPHS, ids=lambda p: p.name)
+def test_sim_graphs_run_on_the_simulators_clock(path: Path) -> None:
+    """With every optional node switched on, each node but the wall-clock ones gets use_sim_time:=true and the
+    sim node publishes /clock (its publish_clock is not switched off); use_sim_time:=false turns it off."""
+    import yaml
+
+    from robot_rl.ros.sim_node import SimNodeConfig
+
+    args = {}
+    for entry in yaml.safe_load(path.read_text())["launch"]:
+        arg = entry.get("arg")
+        if arg is not None and arg.get("default") in (None, "false", "true") and arg["name"] != "use_sim_time":
+            args[arg["name"]] = "true" if "default" in arg else "given"
+    desc = load_launch_file(path, args)
+    nodes = {spec.name.rsplit("/", 1)[-1]: spec.cmd[spec.cmd.index("--ros-args"):] for spec in desc.processes}
+    assert "sim" in nodes and ({"policy", "teleop"} & set(nodes))
+    for name, ros in nodes.items():
+        assert ("use_sim_time:=true" in ros) == (name not in WALL_CLOCK), (name, ros)
+    assert SimNodeConfig.publish_clock and not any("publish_clock" in a for a in nodes["sim"])
+    wall = load_launch_file(path, {**args, "use_sim_time": "false"})
+    assert not any("use_sim_time:=true" in spec.cmd for spec in wall.processes)

@@ -1,4 +1,5 @@
-"""The sim-arm graph from its launch file, as real processes: reach, watchdog, bad input, e-stop."""
+"""The sim-arm graph from its launch file, as real processes: reach, watchdog, bad input, e-stop; and what
+RViz reads of it: robot_description naming every joint, /tf whose chain base -> tcp is current_pose."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
+from helpers.ros_frames import HAS_TF, FramesProbe, same_rotation, undocumented_topics, urdf_joint_names  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from robot_rl.ros.conversions import pose_from_msg, pose_to_msg, stamp_to_seconds  # noqa: E402
+from robot_rl.robots import panda  # noqa: E402
+from robot_rl.ros.conversions import pose_from_msg, pose_to_msg, stamp_to_ns, stamp_to_seconds  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
 
@@ -31,6 +34,9 @@ class Probe:
         self.node = rclpy.create_node("graph_probe")
         self.pose: tuple[np.ndarray, np.ndarray] | None = None
         self.pose_stamp = 0.0
+        self.poses: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """current_pose by stamp [ns] (the last few hundred)."""
+        self.frames = FramesProbe(self.node)
         self.modes: list[str] = []
         self.joint_msgs = 0
         self.node.create_subscription(PoseStamped, "/current_pose", self._on_pose, 10)
@@ -42,6 +48,23 @@ class Probe:
 
     def _on_pose(self, msg: PoseStamped) -> None:
         self.pose, self.pose_stamp = pose_from_msg(msg), stamp_to_seconds(msg.header.stamp)
+        self.poses[stamp_to_ns(msg.header.stamp)] = self.pose
+        if len(self.poses) > 500:
+            del self.poses[min(self.poses)]
+
+    def check_frames(self) -> None:
+        """robot_description names every joint; at a stamp of current_pose, /tf + /tf_static compose to it."""
+        assert self.frames.description is not None
+        assert set(panda.JOINT_NAMES + panda.GRIPPER_JOINTS) <= set(urdf_joint_names(self.frames.description))
+        if not HAS_TF:
+            return
+        assert self.frames.static["tcp"][0] == "hand"  # the tool frame is fixed to the hand
+        common = sorted(set(self.poses) & set(self.frames.stamps("link7")))
+        assert common, (sorted(self.poses)[-3:], self.frames.stamps("link7")[-3:])
+        for stamp in common[-20:]:
+            pos, quat = self.frames.lookup("base", "tcp", stamp)
+            np.testing.assert_allclose(pos, self.poses[stamp][0], atol=1e-6)
+            assert same_rotation(quat, self.poses[stamp][1])
 
     def _on_joints(self, _msg: JointState) -> None:
         self.joint_msgs += 1
@@ -81,6 +104,9 @@ def test_sim_arm_graph(tmp_path: Path) -> None:
                 f"error {error():.4f} m\n{graph.log('sim')}"
             assert "active" in probe.modes and "blending" in probe.modes
             held_at = probe.pose[0].copy()
+            assert probe.spin_for(10, until=probe.frames.ready)
+            probe.check_frames()  # while the arm moved: every joint of the chain in /tf
+            assert not undocumented_topics(probe.node)  # the README's table (robot_rl.ros.topics) has them all
 
             # 2. the target publisher dies: the watchdog holds (0.5 s of sim time), the arm stays put
             assert probe.spin_for(10, until=lambda: probe.modes[-1] == "hold"), probe.modes

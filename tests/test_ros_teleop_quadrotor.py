@@ -20,6 +20,7 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from helpers.ros_spin import spin_until  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
 from std_msgs.msg import Bool, String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -28,6 +29,7 @@ from robot_rl.robots import cf2x  # noqa: E402
 from robot_rl.ros.conversions import pose_from_msg  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
+from robot_rl.ros.odometry import odometry_from_msg  # noqa: E402
 from robot_rl.ros.qos import LATCHED  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -57,7 +59,7 @@ def flight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         node = rclpy.create_node("quad_teleop_probe")
         writer = None
         try:
-            node.create_subscription(PoseStamped, "/odom/pose", lambda m: got["odom"].append(pose_from_msg(m)[0]), 10)
+            node.create_subscription(Odometry, "/odom", lambda m: got["odom"].append(odometry_from_msg(m)[0]), 10)
             targets = node.create_subscription(PoseStamped, "/teleop/target_pose", got["targets"].append, 10)
             node.create_subscription(Bool, "/intervention", lambda m: got["intervention"].append(m.data), LATCHED)
             node.create_subscription(String, "/recorder/status", lambda m: got["status"].append(m.data), LATCHED)

@@ -1,15 +1,16 @@
 """Controller node: the compliant controller for real hardware with a torque interface.
 
-Subscribes ``joint_states`` (the robot's measured state) and the same CRISP-style targets as the sim
-node (``target_pose``, ``target_joint``, ``target_wrench``, ``target_stiffness``, ``teleop/target_pose``
-with ``intervention``, latched ``safety/estop``) and publishes joint torques at ``rate_hz`` on
-``effort_controller/commands`` (std_msgs/Float64MultiArray, the ros2_control forward effort
-controller's input), plus ``current_pose`` (arms, from the model's forward kinematics),
-``controller/mode`` and ``/diagnostics``. Kinematics and dynamics come from the robot's MuJoCo model
-(the role Pinocchio plays in CRISP). If ``joint_states`` goes silent for ``state_timeout_s`` the node
-latches the e-stop and publishes zero torques: it never computes torques from a stale state. A tick that
-ran late because this node itself was starved (joint_states that arrived meanwhile are still queued)
-publishes zero torques and judges at the next tick, once, as the safety node does.
+Subscribes ``joint_states`` (the robot's measured state) and the same CRISP-style targets as the sim node
+(``target_pose``, ``target_joint``, ``target_wrench``, ``target_stiffness``, ``teleop/target_pose`` with
+``intervention``, latched ``safety/estop``) and publishes joint torques at ``rate_hz`` on
+``effort_controller/commands`` (std_msgs/Float64MultiArray, the ros2_control forward effort controller's input),
+plus ``current_pose`` (arms, from the model's forward kinematics), the robot's ``robot_description``, ``/tf``
+and ``/tf_static`` (:mod:`robot_rl.ros.robot_state`: the chain from ``base_frame`` to the tool frame is
+``current_pose``), ``controller/mode`` and ``/diagnostics``. Kinematics and dynamics come from the robot's
+MuJoCo model (the role Pinocchio plays in CRISP). If ``joint_states`` goes silent for ``state_timeout_s`` the
+node latches the e-stop and publishes zero torques: it never computes torques from a stale state. A tick that
+ran late because this node itself was starved (joint_states that arrived meanwhile are still queued) publishes
+zero torques and judges at the next tick, once, as the safety node does.
 
 A Python loop is not a hard real-time loop: for 1 kHz torque control on a real arm, run CRISP's C++
 controllers (``real_arm_crisp.launch.yaml``) and let robot_rl stream targets. Measured here with the
@@ -25,7 +26,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
@@ -39,10 +39,12 @@ from robot_rl.control.safety import SafetyLayer
 from robot_rl.control.watchdog import Watchdog
 from robot_rl.core.spaces import SpecError
 from robot_rl.robots import robot_module
-from robot_rl.ros.conversions import joint_state_from_msg, ns_to_stamp, pose_to_msg, stamp_to_seconds
+from robot_rl.ros.conversions import joint_state_from_msg, pose_to_msg, stamp_to_seconds
+from robot_rl.ros.diagnostics import ERROR, OK, StatusWrapper, Updater
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
+from robot_rl.ros.robot_state import RobotStatePublisher
 from robot_rl.ros.target_conversions import pose_target_from_msg, subscribe_targets
 
 
@@ -61,7 +63,7 @@ class ControllerNodeConfig:
     command_topic: str = "effort_controller/commands"
     """Where the torques go (a ros2_control forward effort controller's input)."""
     base_frame: str = "base"
-    """Frame of current_pose and of accepted Cartesian targets."""
+    """Frame of current_pose and of accepted Cartesian targets (the root link of robot_description)."""
     overrides: tuple[str, ...] = ()
     """``section.field=value`` overrides of controllers/<robot>.yaml, e.g. softer gains for a slower loop."""
 
@@ -98,7 +100,12 @@ class ControllerNode(Node):
         self.pub_cmd = self.create_publisher(Float64MultiArray, cfg.command_topic, 10)
         self.pub_pose = self.create_publisher(PoseStamped, "current_pose", 10) if self.arm_model else None
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
-        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.frames = RobotStatePublisher(self, cfg.robot, self.model, cfg.base_frame, stamp_ns=time.time_ns())
+        self.grippers = list(self.embodiment.gripper_joints)
+        self.gripper_q: np.ndarray | None = None
+        """Finger positions from joint_states when the driver reports them (for /tf only)."""
+        self.diagnostics = Updater(self, cfg.robot, period=1.0, stamp_ns=time.time_ns)
+        self.diagnostics.add("robot_rl/controller", self._diagnose)
         self.create_subscription(JointState, "joint_states", self._on_joint_states, qos_profile_sensor_data)
         subscribe_targets(self, self.embodiment.joint_names, lambda m: pose_target_from_msg(m, cfg.base_frame),
                           lambda target, source: self.controller.submit(target, self._now(), source),
@@ -106,7 +113,6 @@ class ControllerNode(Node):
         self.create_subscription(Bool, "intervention", self._on_intervention, LATCHED)
         self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
         self.create_timer(1.0 / cfg.rate_hz, self._tick)
-        self.create_timer(1.0, self._diagnostics)
 
     def _now(self) -> float:
         return time.monotonic()
@@ -121,6 +127,8 @@ class ControllerNode(Node):
         if not np.all(np.isfinite(dq)):
             self._warn("rejected joint_states: velocities missing or not finite")
             return
+        if self.grippers and set(self.grippers) <= set(msg.name):
+            self.gripper_q = joint_state_from_msg(msg, self.grippers)[1]
         first = self.state is None
         if first:  # the compiled law's first call is slow (~0.7 s): take it here, not in a control tick
             self.controller.warm_up(RobotState(q, dq, self._now()))  # ends holding q
@@ -161,24 +169,23 @@ class ControllerNode(Node):
             state = RobotState(self.state.q, self.state.dq, now)
             torques = self.controller.compute(state, now)
         self.pub_cmd.publish(Float64MultiArray(data=torques.tolist()))
+        stamp = time.time_ns()
         if self.pub_pose is not None and self.arm_model is not None:
-            stamp = time.time_ns()
             self.pub_pose.publish(pose_to_msg(self.arm_model.ee_position(), mat_to_quat(self.arm_model.ee_rotation()),
                                               stamp, self.config.base_frame))
+        names, q = self.embodiment.joint_names, self.state.q
+        if self.gripper_q is not None:
+            names, q = (*names, *self.grippers), np.r_[q, self.gripper_q]
+        self.frames.publish(stamp, names, q)
         mode = self.controller.mode.value
         if mode != self._last_mode:
             self._last_mode = mode
             self.pub_mode.publish(String(data=mode))
             self.get_logger().info(f"controller mode {mode}: {self.controller.status.reason}")
 
-    def _diagnostics(self) -> None:
+    def _diagnose(self, stat: StatusWrapper) -> None:
         status = self.controller.status
-        array = DiagnosticArray()
-        array.header.stamp = ns_to_stamp(time.time_ns())
-        level = DiagnosticStatus.ERROR if status.mode.value == "estop" else DiagnosticStatus.OK
-        array.status.append(DiagnosticStatus(name="robot_rl/controller", hardware_id=self.config.robot, level=level,
-                                             message=f"{status.mode.value}: {status.reason}"))
-        self.pub_diag.publish(array)
+        stat.summary(ERROR if status.mode.value == "estop" else OK, f"{status.mode.value}: {status.reason}")
 
 
 def main(args: list[str] | None = None) -> int:

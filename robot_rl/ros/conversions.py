@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 from builtin_interfaces.msg import Time
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import Pose, PoseStamped
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, JointState
 
 from robot_rl.core.spaces import SpecError
@@ -106,14 +106,19 @@ def pose_from_msg(msg: PoseStamped, expected_frame: str | None = None) -> tuple[
     """
     if expected_frame is not None and msg.header.frame_id not in ("", expected_frame):
         raise SpecError(f"PoseStamped: frame {msg.header.frame_id!r}, expected {expected_frame!r}")
-    p, o = msg.pose.position, msg.pose.orientation
+    return pose_values(msg.pose)
+
+
+def pose_values(pose: Pose, what: str = "PoseStamped") -> tuple[np.ndarray, np.ndarray]:
+    """(position, unit quaternion w, x, y, z) of a geometry_msgs/Pose; SpecError as :func:`pose_from_msg`."""
+    p, o = pose.position, pose.orientation
     position = np.array([p.x, p.y, p.z])
     quat = np.array([o.w, o.x, o.y, o.z])
     if not (np.all(np.isfinite(position)) and np.all(np.isfinite(quat))):
-        raise SpecError("PoseStamped: contains NaN or inf")
+        raise SpecError(f"{what}: contains NaN or inf")
     norm = float(np.linalg.norm(quat))
     if abs(norm - 1.0) > 1e-2:
-        raise SpecError(f"PoseStamped: orientation is not a unit quaternion (norm {norm:.3f})")
+        raise SpecError(f"{what}: orientation is not a unit quaternion (norm {norm:.3f})")
     return position, quat / norm
 
 

@@ -4,8 +4,10 @@ The node only adapts messages; the link, its reconnects and the fail-safe are th
 (:class:`robot_rl.hardware.crazyflie_link.CrazyflieLink`, :mod:`robot_rl.hardware.crazyflie_failsafe`).
 It looks to a policy exactly as ``sim_node`` with ``robot:=cf2x`` does:
 
-* publishes ``odom/pose`` + ``odom/twist`` (:mod:`robot_rl.ros.odometry`, from the vehicle's state estimate
-  at the log rate, stamped on arrival), ``joint_states`` (no joints, as the sim publishes it for cf2x),
+* publishes ``odom`` (nav_msgs/Odometry, :mod:`robot_rl.ros.odometry`, from the vehicle's state estimate
+  at the log rate, stamped on arrival) with the same pose on ``/tf`` (odom -> base_link), cf2x's
+  ``robot_description`` and ``/tf_static`` (:mod:`robot_rl.ros.robot_state`), ``joint_states`` (no joints,
+  as the sim publishes it for cf2x),
   ``controller/mode`` (latched String: flying | hover_failsafe | landing | motors_off | link_lost),
   ``/diagnostics`` (mode and reason, link, state rate, battery, refusals; at ``diagnostics_hz`` and on every
   mode change) and ``battery`` (sensor_msgs/BatteryState);
@@ -27,8 +29,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped, TwistStamped
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from sensor_msgs.msg import BatteryState, JointState
 from std_msgs.msg import Bool, String
@@ -48,15 +50,16 @@ from robot_rl.hardware.crazyflie_link import CrazyflieLink, CrazyflieLinkConfig
 from robot_rl.hardware.crazyflie_protocol import StateSample
 from robot_rl.robots import cf2x
 from robot_rl.ros.conversions import ns_to_stamp, pose_from_msg
+from robot_rl.ros.diagnostics import ERROR, OK, WARN, StatusWrapper, Updater
 from robot_rl.ros.intervention import InterventionGate
 from robot_rl.ros.node_main import run_node
-from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
+from robot_rl.ros.odometry import ODOM_TOPIC, odometry_to_msg
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
+from robot_rl.ros.robot_state import RobotStatePublisher
 
-LEVELS = {FlightMode.FLYING: DiagnosticStatus.OK, FlightMode.MOTORS_OFF: DiagnosticStatus.OK,
-          FlightMode.HOVER: DiagnosticStatus.WARN, FlightMode.LANDING: DiagnosticStatus.WARN,
-          FlightMode.LINK_LOST: DiagnosticStatus.ERROR}
+LEVELS = {FlightMode.FLYING: OK, FlightMode.MOTORS_OFF: OK, FlightMode.HOVER: WARN, FlightMode.LANDING: WARN,
+          FlightMode.LINK_LOST: ERROR}
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,7 @@ class CrazyflieBridgeConfig(CrazyflieLinkConfig):
     """
 
     base_frame: str = "world"
-    """Frame of odometry and of accepted target poses."""
-    body_frame: str = cf2x.BODY
-    """Frame of odom/twist (the body, as the sim names it)."""
+    """Frame of accepted target poses (world-fixed, the odom frame's origin and axes) and of joint_states."""
     controller_overrides: tuple[str, ...] = ()
     """controllers/cf2x.yaml overrides, e.g. ["quadrotor.hover_time=3.0", "safety.watchdog_timeout=0.3"]."""
     max_rate: float = 10.0
@@ -91,11 +92,12 @@ class CrazyflieBridgeNode(Node):
         cfg = self.config = declare_config(self, CrazyflieBridgeConfig)
         control = load_control_config("cf2x", cfg.controller_overrides)
         self.failsafe = CrazyflieFailsafe(FailsafeConfig.from_control_config(control, cfg.max_rate))
-        self.pub_pose = self.create_publisher(PoseStamped, POSE_TOPIC, 10)
-        self.pub_twist = self.create_publisher(TwistStamped, TWIST_TOPIC, 10)
+        self.pub_odom = self.create_publisher(Odometry, ODOM_TOPIC, 10)
+        self.frames = RobotStatePublisher(self, cf2x.NAME, max_rate_hz=1e3)  # every sample (<= 100 Hz)
         self.pub_joints = self.create_publisher(JointState, "joint_states", 10)
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
-        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.diagnostics = Updater(self, cfg.uri)
+        self.diagnostics.add("robot_rl/crazyflie/bridge", self._diagnose)
         self.pub_battery = self.create_publisher(BatteryState, "battery", 10)
         self._warn = RateLimitedWarnings(self.get_logger())
         self._mode: FlightMode | None = None
@@ -142,12 +144,13 @@ class CrazyflieBridgeNode(Node):
         if not self.context.ok():
             return  # shutting down: the link thread may still deliver a sample
         stamp_ns = self.get_clock().now().nanoseconds
-        pose, twist = odometry_to_msgs(sample.to_robot_state(), stamp_ns, self.config.base_frame,
-                                       self.config.body_frame)
-        self.pub_pose.publish(pose)
-        self.pub_twist.publish(twist)
+        state = sample.to_robot_state()
+        odom = odometry_to_msg(state, stamp_ns)
+        self.pub_odom.publish(odom)
+        assert state.base_pos is not None and state.base_quat is not None
+        self.frames.publish(stamp_ns, (), (), (state.base_pos, state.base_quat))
         joints = JointState()
-        joints.header.stamp = pose.header.stamp
+        joints.header.stamp = odom.header.stamp
         joints.header.frame_id = self.config.base_frame
         self.pub_joints.publish(joints)
 
@@ -162,29 +165,24 @@ class CrazyflieBridgeNode(Node):
             self.get_logger().info(f"mode {mode.value}: {reason}")
         self._publish_diagnostics()
 
-    def _publish_diagnostics(self) -> None:
+    def _diagnose(self, stat: StatusWrapper) -> None:
         fs, link = self.failsafe, self.link
         mode = fs.reported_mode
         sample = link.state
-        vbat = sample.vbat if sample is not None else math.nan
+        stat.summary(ERROR if fs.estopped else LEVELS[mode], f"{mode.value}: {fs.reason}")
+        for key, value in (("mode", mode.value), ("link_up", fs.link_up), ("estop", fs.estopped),
+                           ("state_hz", f"{link.state_rate():.1f}"), ("reconnects", link.reconnects),
+                           ("last_link_error", link.last_error), ("rejected_targets", fs.rejected),
+                           ("last_refusal", fs.last_refusal), ("intervention", self.gate.human),
+                           ("dropped_policy_commands", self.gate.dropped["policy"]),
+                           ("vbat", f"{sample.vbat if sample is not None else math.nan:.2f}")):
+            stat.add(key, value)
+
+    def _publish_diagnostics(self) -> None:
         now = self.get_clock().now()
-        array = DiagnosticArray()
-        array.header.stamp = now.to_msg()
-        level = DiagnosticStatus.ERROR if fs.estopped else LEVELS[mode]
-        array.status.append(DiagnosticStatus(
-            name="robot_rl/crazyflie/bridge", hardware_id=self.config.uri, level=level,
-            message=f"{mode.value}: {fs.reason}",
-            values=[KeyValue(key="mode", value=mode.value), KeyValue(key="link_up", value=str(fs.link_up)),
-                    KeyValue(key="estop", value=str(fs.estopped)),
-                    KeyValue(key="state_hz", value=f"{link.state_rate():.1f}"),
-                    KeyValue(key="reconnects", value=str(link.reconnects)),
-                    KeyValue(key="last_link_error", value=link.last_error),
-                    KeyValue(key="rejected_targets", value=str(fs.rejected)),
-                    KeyValue(key="last_refusal", value=fs.last_refusal),
-                    KeyValue(key="intervention", value=str(self.gate.human)),
-                    KeyValue(key="dropped_policy_commands", value=str(self.gate.dropped["policy"])),
-                    KeyValue(key="vbat", value=f"{vbat:.2f}")]))
-        self.pub_diag.publish(array)
+        self.diagnostics.update(now.nanoseconds)
+        sample = self.link.state
+        vbat = sample.vbat if sample is not None else math.nan
         if sample is not None and math.isfinite(vbat):
             battery = BatteryState(voltage=float(vbat), present=True)
             battery.header.stamp = ns_to_stamp(now.nanoseconds)

@@ -4,10 +4,10 @@ What a step holds is :mod:`robot_rl.teleop.recording`'s rule; this module only s
 needs and assembles the env's observation keys from them (the policy node's :data:`SOURCES`, so a
 recorded step looks like what a policy sees on the graph):
 
-* humanoid: ``joint_states`` + ``odom/pose`` + ``odom/twist`` -> the HumanoidWalk keys, plus ``command`` from
+* humanoid: ``joint_states`` + ``odom`` (nav_msgs/Odometry) -> the HumanoidWalk keys, plus ``command`` from
   ``cmd_vel`` / ``teleop/cmd_vel`` (:class:`~robot_rl.teleop.command_mux.VelocityCommandMux`); the action is
   the policy's ``target_joint``;
-* quadrotor: ``odom/pose`` + ``odom/twist`` -> position, quat, linvel, angvel, plus ``goal_pos`` (the human's
+* quadrotor: ``odom`` -> position, quat, linvel, angvel, plus ``goal_pos`` (the human's
   ``teleop/target_pose`` while intervening, else a ``target_pose`` setpoint, else the configured goal) and
   ``goal_vel`` (the velocity command in force); the action is the policy's ``target_body_rates``.
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -28,8 +29,8 @@ from robot_rl.control.targets import BodyRateTarget, JointTarget
 from robot_rl.core.spaces import SpecError
 from robot_rl.robots import embodiment
 from robot_rl.ros.conversions import pose_from_msg
-from robot_rl.ros.observation_sources import SOURCES
-from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, twist_from_msg
+from robot_rl.ros.observation_sources import SOURCES, odometry_fields
+from robot_rl.ros.odometry import ODOM_TOPIC
 from robot_rl.ros.target_conversions import body_rate_target_from_msg, joint_target_from_msg
 from robot_rl.ros.teleop_node import subscribe_velocity_commands
 from robot_rl.teleop.command_mux import VelocityCommandMux
@@ -54,8 +55,7 @@ class FloatingBaseSampler:
         self.setpoints: dict[str, np.ndarray] = {}
         self.command = VelocityCommandMux()
         subscribe_velocity_commands(node, self.command)
-        node.create_subscription(PoseStamped, POSE_TOPIC, self._on_odom_pose, qos_profile_sensor_data)
-        node.create_subscription(TwistStamped, TWIST_TOPIC, self._on_odom_twist, qos_profile_sensor_data)
+        node.create_subscription(Odometry, ODOM_TOPIC, self._on_odometry, qos_profile_sensor_data)
         if self.humanoid:
             node.create_subscription(JointState, "target_joint", self._on_joint_target, 10)
         else:
@@ -68,21 +68,11 @@ class FloatingBaseSampler:
         """The control mode recorded actions belong to."""
         return self.rule.mode.value
 
-    def _on_odom_pose(self, msg: PoseStamped) -> None:
+    def _on_odometry(self, msg: Odometry) -> None:
         try:
-            position, quat = pose_from_msg(msg)
+            self.raw[ODOM_TOPIC] = odometry_fields(msg)
         except SpecError as exc:
-            self.warn(f"skipping {POSE_TOPIC}: {exc}")
-            return
-        self.raw[POSE_TOPIC] = {"position": position, "quat": quat}
-
-    def _on_odom_twist(self, msg: TwistStamped) -> None:
-        try:
-            linear, angular = twist_from_msg(msg)
-        except SpecError as exc:
-            self.warn(f"skipping {TWIST_TOPIC}: {exc}")
-            return
-        self.raw[TWIST_TOPIC] = {"linear": linear, "angular": angular}
+            self.warn(f"skipping {ODOM_TOPIC}: {exc}")
 
     def _on_joint_target(self, msg: JointState) -> None:
         try:  # the controller refuses it too: the action in force stays
@@ -105,7 +95,7 @@ class FloatingBaseSampler:
     def sample(self, joints: tuple[np.ndarray, np.ndarray] | None, human: bool,
                now: float) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
         """(observation, action in force) now, or None while an input is missing."""
-        if POSE_TOPIC not in self.raw or TWIST_TOPIC not in self.raw or (self.humanoid and joints is None):
+        if ODOM_TOPIC not in self.raw or (self.humanoid and joints is None):
             return None
         keys = HUMANOID_KEYS if self.humanoid else QUADROTOR_KEYS
         obs = {k: np.asarray(SOURCES[k].value(self.raw), np.float32) for k in keys}

@@ -5,10 +5,9 @@ the policy node subscribes to exactly the topics those keys need, following :dat
 
 * arms: ``joint_states`` -> joint_pos / joint_vel / gripper_width (summed finger joints),
   ``current_pose`` -> tcp_pos / tcp_quat, ``task/object_pose`` -> object_pos / object_quat;
-* floating bases (:mod:`robot_rl.ros.odometry`): ``odom/pose`` -> the humanoid's base_quat, base_height,
-  projected_gravity and the quadrotor's position, quat; ``odom/twist`` (body frame) -> base_linvel,
-  base_angvel (humanoid, body frame) and angvel (quadrotor, body frame); linvel (quadrotor, world frame)
-  needs both;
+* floating bases: ``odom`` (nav_msgs/Odometry, :mod:`robot_rl.ros.odometry`) -> the humanoid's base_quat,
+  base_height, projected_gravity, base_linvel and base_angvel (body frame, as the twist is), and the
+  quadrotor's position, quat, angvel (body frame) and linvel (world frame: the twist rotated by the pose);
 * ``image_<camera>`` (any image key of the spec) -> ``<camera>/image_raw`` (Image) or, with
   ``image_transport="compressed"``, ``<camera>/image_raw/compressed`` (CompressedImage); frames of another
   size or channel count are resized to the policy's (:mod:`robot_rl.ros.camera_inputs`);
@@ -37,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from geometry_msgs.msg import PoseStamped, TwistStamped
+from geometry_msgs.msg import PoseStamped
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -47,7 +47,7 @@ from robot_rl.core.spaces import SpecError
 from robot_rl.robots import embodiment
 from robot_rl.ros.camera_inputs import CameraInput, camera_topic
 from robot_rl.ros.conversions import joint_state_from_msg, pose_from_msg
-from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, twist_from_msg
+from robot_rl.ros.odometry import ODOM_TOPIC, odometry_from_msg
 from robot_rl.ros.teleop_node import subscribe_velocity_commands
 from robot_rl.teleop.command_mux import VelocityCommandMux, command_default
 
@@ -71,17 +71,18 @@ def _pose(msg: PoseStamped) -> Fields:
     return {"position": position, "quat": quat}
 
 
-def _twist(msg: TwistStamped) -> Fields:
-    linear, angular = twist_from_msg(msg)
-    return {"linear": linear, "angular": angular}
+def odometry_fields(msg: Odometry) -> Fields:
+    """An Odometry's fields: position, quat (odom frame), linear and angular velocity (body frame)."""
+    position, quat, linear, angular = odometry_from_msg(msg)
+    return {"position": position, "quat": quat, "linear": linear, "angular": angular}
 
 
 def _gravity_in_body(raw: Raw) -> np.ndarray:
-    return quat_to_mat(raw[POSE_TOPIC]["quat"]).T @ np.array([0.0, 0.0, -1.0])
+    return quat_to_mat(raw[ODOM_TOPIC]["quat"]).T @ np.array([0.0, 0.0, -1.0])
 
 
 def _world_linvel(raw: Raw) -> np.ndarray:
-    return quat_to_mat(raw[POSE_TOPIC]["quat"]) @ raw[TWIST_TOPIC]["linear"]
+    return quat_to_mat(raw[ODOM_TOPIC]["quat"]) @ raw[ODOM_TOPIC]["linear"]
 
 
 def _field(topic: str, name: str, part: slice | None = None) -> Source:
@@ -91,7 +92,7 @@ def _field(topic: str, name: str, part: slice | None = None) -> Source:
 
 
 TOPICS: dict[str, Any] = {"joint_states": JointState, "current_pose": PoseStamped, "task/object_pose": PoseStamped,
-                          POSE_TOPIC: PoseStamped, TWIST_TOPIC: TwistStamped}
+                          ODOM_TOPIC: Odometry}
 """Topic -> message type of every state topic a source reads (images: ``<camera>/image_raw``, Image)."""
 SOURCES: dict[str, Source] = {
     "joint_pos": _field("joint_states", "position"),
@@ -101,15 +102,15 @@ SOURCES: dict[str, Source] = {
     "tcp_quat": _field("current_pose", "quat"),
     "object_pos": _field("task/object_pose", "position"),
     "object_quat": _field("task/object_pose", "quat"),
-    "base_quat": _field(POSE_TOPIC, "quat"),
-    "base_height": _field(POSE_TOPIC, "position", slice(2, 3)),
-    "projected_gravity": Source((POSE_TOPIC,), _gravity_in_body),
-    "base_linvel": _field(TWIST_TOPIC, "linear"),
-    "base_angvel": _field(TWIST_TOPIC, "angular"),
-    "position": _field(POSE_TOPIC, "position"),
-    "quat": _field(POSE_TOPIC, "quat"),
-    "linvel": Source((POSE_TOPIC, TWIST_TOPIC), _world_linvel),
-    "angvel": _field(TWIST_TOPIC, "angular"),
+    "base_quat": _field(ODOM_TOPIC, "quat"),
+    "base_height": _field(ODOM_TOPIC, "position", slice(2, 3)),
+    "projected_gravity": Source((ODOM_TOPIC,), _gravity_in_body),
+    "base_linvel": _field(ODOM_TOPIC, "linear"),
+    "base_angvel": _field(ODOM_TOPIC, "angular"),
+    "position": _field(ODOM_TOPIC, "position"),
+    "quat": _field(ODOM_TOPIC, "quat"),
+    "linvel": Source((ODOM_TOPIC,), _world_linvel),
+    "angvel": _field(ODOM_TOPIC, "angular"),
 }
 """Observation key -> its source (the envs' keys: arm, humanoid, quadrotor)."""
 
@@ -173,8 +174,7 @@ class ObservationSources:
         self.sourced = [k for k in needed if k not in self.constants and k in SOURCES]
         self.topics = sorted({t for k in self.sourced for t in SOURCES[k].topics})
         parsers: dict[str, Callable[[Any], Fields]] = {"joint_states": self._joints, "current_pose": _pose,
-                                                       "task/object_pose": _pose, POSE_TOPIC: _pose,
-                                                       TWIST_TOPIC: _twist}
+                                                       "task/object_pose": _pose, ODOM_TOPIC: odometry_fields}
         for topic in self.topics:
             node.create_subscription(TOPICS[topic], topic, lambda m, t=topic: self._on_msg(m, t, parsers[t]),
                                      qos_profile_sensor_data)

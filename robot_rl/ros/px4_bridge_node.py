@@ -1,17 +1,19 @@
 """PX4 bridge node: a PX4 multirotor on the ROS graph exactly where the quadrotor sim node would be.
 
-Same topics as launch/quadrotor_sim.launch.yaml, so a policy trained in simulation runs unchanged: ``odom/pose``
-+ ``odom/twist`` (:mod:`robot_rl.ros.odometry`, ENU world / FLU body, from PX4's LOCAL_POSITION_NED and
-ATTITUDE_QUATERNION) out; ``target_body_rates`` (TwistStamped: angular = body rates FLU [rad/s], linear.z =
-collective thrust [N] of a vehicle of ``mass``, scaled to PX4's normalised thrust through the hover throttle),
-``target_velocity`` (TwistStamped: linear = ENU velocity [m/s], angular.z = yaw rate) and ``target_pose``
-(PoseStamped: ENU position in the vehicle's local frame + heading) in. While the latched ``intervention`` flag
-is true the human commands instead (``teleop/target_pose``, ``teleop/cmd_vel``: the teleop node's quad_position
-/ quad_velocity modes) and the policy's commands are dropped (:mod:`robot_rl.ros.intervention`). The latched
-``safety/estop`` force-disarms the vehicle; ``/diagnostics`` reports link, armed state, PX4 mode, landed state
-and streaming. The link, frames and handshake are :mod:`robot_rl.hardware.px4_link` (pure core); this node only
-converts messages. A refused command (NaN, out of range) is logged with its reason and never sent: the vehicle
-keeps the last good setpoint until the stream times out, then PX4's own failsafe holds.
+Same topics as launch/quadrotor_sim.launch.yaml, so a policy trained in simulation runs unchanged: ``odom``
+(nav_msgs/Odometry, :mod:`robot_rl.ros.odometry`: the local ENU frame as ``odom``, FLU body as ``base_link``,
+from PX4's LOCAL_POSITION_NED and ATTITUDE_QUATERNION) and the same pose on ``/tf`` (odom -> base_link, with the
+trained model's ``robot_description``: :mod:`robot_rl.ros.robot_state`) out; ``target_body_rates``
+(TwistStamped: angular = body rates FLU [rad/s], linear.z = collective thrust [N] of a vehicle of ``mass``,
+scaled to PX4's normalised thrust through the hover throttle), ``target_velocity`` (TwistStamped: linear = ENU
+velocity [m/s], angular.z = yaw rate) and ``target_pose`` (PoseStamped: ENU position in the vehicle's local
+frame + heading) in. While the latched ``intervention`` flag is true the human commands instead
+(``teleop/target_pose``, ``teleop/cmd_vel``: the teleop node's quad_position / quad_velocity modes) and the
+policy's commands are dropped (:mod:`robot_rl.ros.intervention`). The latched ``safety/estop`` force-disarms the
+vehicle; ``/diagnostics`` reports link, armed state, PX4 mode, landed state and streaming. The link, frames and
+handshake are :mod:`robot_rl.hardware.px4_link` (pure core); this node only converts messages. A refused command
+(NaN, out of range) is logged with its reason and never sent: the vehicle keeps the last good setpoint until the
+stream times out, then PX4's own failsafe holds.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped, TwistStamped
+from nav_msgs.msg import Odometry
 from pymavlink.dialects.v20 import common as mavlink
 from rclpy.node import Node
 from std_msgs.msg import Bool
@@ -46,11 +48,13 @@ from robot_rl.hardware.px4_codec import (
 from robot_rl.hardware.px4_link import LANDED_STATES, OffboardSession, Px4Link, SessionConfig
 from robot_rl.robots import cf2x
 from robot_rl.ros.conversions import pose_from_msg
+from robot_rl.ros.diagnostics import ERROR, OK, WARN, StatusWrapper, Updater
 from robot_rl.ros.intervention import InterventionGate
 from robot_rl.ros.node_main import run_node
-from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
+from robot_rl.ros.odometry import ODOM_TOPIC, odometry_to_msg
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
+from robot_rl.ros.robot_state import RobotStatePublisher
 
 
 @dataclass(frozen=True)
@@ -83,10 +87,8 @@ class Px4BridgeConfig(SessionConfig):
     """Lower corner of accepted target_pose positions, ENU local frame [m]."""
     box_high: tuple[float, float, float] = SetpointLimits.box_high
     """Upper corner of accepted target_pose positions, ENU local frame [m]."""
-    base_frame: str = "world"
-    """frame_id of odom/pose (the vehicle's local ENU frame)."""
-    body_frame: str = "base_link"
-    """frame_id of odom/twist (the body, FLU)."""
+    robot: str = cf2x.NAME
+    """Model published on robot_description (the one the policy was trained on); "" = none, and no /tf."""
     diagnostics_hz: float = 1.0
     """Rate of /diagnostics (also sent at once on every change of link, arming, mode or streaming)."""
 
@@ -112,9 +114,10 @@ class Px4BridgeNode(Node):
         self.link = Px4Link(cfg.connection, cfg.system_id, cfg.component_id, cfg.vehicle_system_id)
         self.session = OffboardSession(self.link, cfg, self._log)
         self.link.listeners.append(self._on_mavlink)
-        self.pub_pose = self.create_publisher(PoseStamped, POSE_TOPIC, 10)
-        self.pub_twist = self.create_publisher(TwistStamped, TWIST_TOPIC, 10)
-        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.pub_odom = self.create_publisher(Odometry, ODOM_TOPIC, 10)
+        self.frames = RobotStatePublisher(self, cfg.robot, max_rate_hz=1e3) if cfg.robot else None
+        self.diagnostics = Updater(self, "px4")
+        self.diagnostics.add("robot_rl/px4/vehicle", self._diagnose)
         self._warn = RateLimitedWarnings(self.get_logger())
         self.refused = 0
         self.create_subscription(TwistStamped, "target_body_rates", self._on_rates, 10)
@@ -199,10 +202,11 @@ class Px4BridgeNode(Node):
         st = self.link.state
         state = RobotState(np.zeros(0), np.zeros(0), 0.0, ned_to_enu(st.position_ned),
                            quat_ned_to_enu(st.quat_ned_frd), ned_to_enu(st.velocity_ned), frd_to_flu(st.rates_frd))
-        pose, twist = odometry_to_msgs(state, self.get_clock().now().nanoseconds, self.config.base_frame,
-                                       self.config.body_frame)
-        self.pub_pose.publish(pose)
-        self.pub_twist.publish(twist)
+        stamp_ns = self.get_clock().now().nanoseconds
+        self.pub_odom.publish(odometry_to_msg(state, stamp_ns))
+        if self.frames is not None:
+            assert state.base_pos is not None and state.base_quat is not None
+            self.frames.publish(stamp_ns, (), (), (state.base_pos, state.base_quat))
 
     def _read_loop(self) -> None:
         """Telemetry as it arrives (odometry is published from here, no timer quantisation)."""
@@ -221,36 +225,30 @@ class Px4BridgeNode(Node):
             if summary != self._summary or now >= self._next_diag:
                 self._summary = summary
                 self._next_diag = now + 1.0 / self.config.diagnostics_hz
-                self._publish_diagnostics()
+                self.diagnostics.update()
 
-    def _publish_diagnostics(self) -> None:
+    def _diagnose(self, stat: StatusWrapper) -> None:
         st, s = self.link.state, self.session
         link = "up" if s.connected else ("lost" if np.isfinite(st.heartbeat_time) else "waiting")
         if not s.connected or s.estop:
-            level = DiagnosticStatus.ERROR
+            level = ERROR
         elif st.armed and st.mode != "OFFBOARD":
-            level = DiagnosticStatus.WARN  # a failsafe (or a pilot) has the vehicle
+            level = WARN  # a failsafe (or a pilot) has the vehicle
         else:
-            level = DiagnosticStatus.OK
+            level = OK
         hover = self.config.hover_thrust or st.params.get("MPC_THR_HOVER", float("nan"))
-        array = DiagnosticArray()
-        array.header.stamp = self.get_clock().now().to_msg()
-        array.status.append(DiagnosticStatus(
-            name="robot_rl/px4/vehicle", hardware_id=f"px4 system {st.system_id}", level=level,
-            message=f"link {link}, {'armed' if st.armed else 'disarmed'}, {st.mode}"
-                    + (", e-stop" if s.estop else ""),
-            values=[KeyValue(key="link", value=link), KeyValue(key="armed", value=str(st.armed).lower()),
-                    KeyValue(key="mode", value=st.mode),
-                    KeyValue(key="landed_state", value=LANDED_STATES.get(st.landed_state, str(st.landed_state))),
-                    KeyValue(key="streaming", value=str(s.streaming).lower()),
-                    KeyValue(key="estop", value=str(s.estop).lower()),
-                    KeyValue(key="setpoints_sent", value=str(s.sent)),
-                    KeyValue(key="refused_commands", value=str(self.refused)),
-                    KeyValue(key="intervention", value=str(self.gate.human).lower()),
-                    KeyValue(key="dropped_policy_commands", value=str(self.gate.dropped["policy"])),
-                    KeyValue(key="hover_thrust", value=f"{hover:.4f}"),
-                    KeyValue(key="statustext", value=st.statustext[-1] if st.statustext else "")]))
-        self.pub_diag.publish(array)
+        stat.hardware_id = f"px4 system {st.system_id}"
+        stat.summary(level, f"link {link}, {'armed' if st.armed else 'disarmed'}, {st.mode}"
+                     + (", e-stop" if s.estop else ""))
+        for key, value in (("link", link), ("armed", str(st.armed).lower()), ("mode", st.mode),
+                           ("landed_state", LANDED_STATES.get(st.landed_state, str(st.landed_state))),
+                           ("streaming", str(s.streaming).lower()), ("estop", str(s.estop).lower()),
+                           ("setpoints_sent", s.sent), ("refused_commands", self.refused),
+                           ("intervention", str(self.gate.human).lower()),
+                           ("dropped_policy_commands", self.gate.dropped["policy"]),
+                           ("hover_thrust", f"{hover:.4f}"),
+                           ("statustext", st.statustext[-1] if st.statustext else "")):
+            stat.add(key, value)
 
     def close(self) -> None:
         """Stop streaming (the vehicle's failsafe takes over) and close the port."""

@@ -3,7 +3,7 @@
 Services ``~/estop`` and ``~/reset`` (std_srvs/Trigger) set and clear the e-stop; the state goes out
 latched on ``safety/estop`` (Bool, transient local), which every node that moves hardware or the
 simulator subscribes to (a late joiner still gets the current state). The node watches the freshness of
-configured topics and publishes ``/diagnostics`` (diagnostic_msgs/DiagnosticArray) once per second;
+configured topics and publishes ``/diagnostics`` (:mod:`robot_rl.ros.diagnostics`) once per second;
 with ``estop_on_stale`` a watched topic going silent (e.g. ``joint_states`` from a crashed driver)
 triggers the e-stop by itself. Reset is refused while a watched topic is stale.
 
@@ -16,18 +16,19 @@ late, so messages that arrived meanwhile are still queued: it judges again once 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
 from robot_rl.control.watchdog import Watchdog
+from robot_rl.ros.diagnostics import ERROR, OK, STALE, WARN, StatusWrapper, Updater
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED
@@ -83,13 +84,15 @@ class SafetyNode(Node):
         self._last_check = time.monotonic()
         self._deferred = False
         self.pub_estop = self.create_publisher(Bool, "safety/estop", LATCHED)
-        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.diagnostics = Updater(self, "robot_rl", period=1.0 / cfg.diagnostics_hz)
+        self.diagnostics.add("robot_rl/safety/estop", self._diagnose_estop)
+        for topic in cfg.watched_topics:
+            self.diagnostics.add(f"robot_rl/topic/{topic}", functools.partial(self._diagnose_topic, topic=topic))
         for topic, type_name in zip(cfg.watched_topics, cfg.watched_types):
             self.create_subscription(message_type(type_name), topic, self._seen(topic), qos_profile_sensor_data)
         self.create_service(Trigger, "~/estop", self._on_estop)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_timer(0.05, self._check)
-        self.create_timer(1.0 / cfg.diagnostics_hz, self._publish_diagnostics)
         self._set(False, "startup")
 
     def _seen(self, topic: str) -> Callable[[object], None]:
@@ -158,28 +161,19 @@ class SafetyNode(Node):
         response.success, response.message = True, "e-stop cleared"
         return response
 
-    def _publish_diagnostics(self) -> None:
-        now = time.monotonic()
-        array = DiagnosticArray()
-        array.header.stamp = self.get_clock().now().to_msg()
-        status = DiagnosticStatus(name="robot_rl/safety/estop", hardware_id="robot_rl",
-                                  level=DiagnosticStatus.ERROR if self.estop else DiagnosticStatus.OK,
-                                  message=("ENGAGED: " if self.estop else "clear: ") + self.reason)
-        array.status.append(status)
-        for topic, watchdog in self.watchdogs.items():
-            max_age = watchdog.timeout
-            if not watchdog.fed:
-                level, message, age = DiagnosticStatus.WARN, "no message yet", "inf"
-            else:
-                stale = watchdog.stale(now)
-                level = DiagnosticStatus.STALE if stale else DiagnosticStatus.OK
-                message = "stale" if stale else "alive" if self.armed(topic) else "starting"
-                age = f"{watchdog.age(now):.3f}"
-            array.status.append(DiagnosticStatus(name=f"robot_rl/topic/{topic}", hardware_id="robot_rl",
-                                                 level=level, message=message,
-                                                 values=[KeyValue(key="age_s", value=age),
-                                                         KeyValue(key="max_age_s", value=str(max_age))]))
-        self.pub_diag.publish(array)
+    def _diagnose_estop(self, stat: StatusWrapper) -> None:
+        stat.summary(ERROR if self.estop else OK, ("ENGAGED: " if self.estop else "clear: ") + self.reason)
+
+    def _diagnose_topic(self, stat: StatusWrapper, *, topic: str) -> None:
+        now, watchdog = time.monotonic(), self.watchdogs[topic]
+        if not watchdog.fed:
+            stat.summary(WARN, "no message yet")
+            stat.add("age_s", "inf")
+        else:
+            stale = watchdog.stale(now)
+            stat.summary(STALE if stale else OK, "stale" if stale else "alive" if self.armed(topic) else "starting")
+            stat.add("age_s", f"{watchdog.age(now):.3f}")
+        stat.add("max_age_s", watchdog.timeout)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,11 +1,11 @@
 """Sim node: a MuJoCo robot under its compliant controller, speaking the same topics as real hardware.
 
 Runs :class:`robot_rl.sim.live.LiveSim` paced to wall time (``real_time_factor``) and publishes
-``/clock`` (for ``use_sim_time``), ``joint_states``, ``current_pose`` (arms), ``task/object_pose`` (the
-cube: privileged state for policies trained in simulation), camera streams
-``<camera>/image_raw``, ``odom/pose`` + ``odom/twist`` for a floating base (:mod:`robot_rl.ros.odometry`)
-and the controller's mode on ``controller/mode`` and ``/diagnostics``.
-Every message is stamped with simulated time.
+``/clock`` (the other nodes of a sim graph run on it: ``use_sim_time``), ``joint_states``, ``current_pose``
+(arms), ``task/object_pose`` (the cube: privileged state for policies trained in simulation), camera streams
+``<camera>/image_raw``, ``odom`` (nav_msgs/Odometry) for a floating base (:mod:`robot_rl.ros.odometry`), the
+robot's ``robot_description``, ``/tf`` and ``/tf_static`` (:mod:`robot_rl.ros.robot_state`), and the
+controller's mode on ``controller/mode`` and ``/diagnostics``. Every message is stamped with simulated time.
 
 Targets, CRISP-compatible: ``target_pose`` (PoseStamped), ``target_joint`` (JointState, by name),
 ``target_wrench`` (WrenchStamped), ``target_stiffness`` (Float64MultiArray), ``target_body_rates``
@@ -16,7 +16,8 @@ latched ``intervention`` flag (the safety layer lets only human targets through 
 With ``effort_input`` the node instead emulates a torque-controlled robot for an external controller
 (e.g. ``controller_node``): it applies ``effort_controller/commands`` (Float64MultiArray) directly, brakes
 the joints until the first command and whenever commands go stale, and leaves ``current_pose``,
-``controller/mode``, the targets and the e-stop to that controller (it publishes what a driver does).
+``controller/mode``, the robot's description and frames, the targets and the e-stop to that controller (it
+publishes what a driver does).
 A malformed or out-of-limit target is refused with a logged reason and the robot keeps holding.
 """
 
@@ -28,9 +29,10 @@ from dataclasses import dataclass
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering; must precede the first mujoco import
 
+import mujoco
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import PoseStamped, TwistStamped
+from geometry_msgs.msg import PoseStamped
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
@@ -39,10 +41,12 @@ from std_msgs.msg import Bool, Float64, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from robot_rl.ros.conversions import image_to_msg, joint_state_to_msg, ns_to_stamp, pose_to_msg
+from robot_rl.ros.diagnostics import ERROR, OK, WARN, StatusWrapper, Updater
 from robot_rl.ros.node_main import run_node
-from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC, odometry_to_msgs
+from robot_rl.ros.odometry import ODOM_TOPIC, odometry_to_msg
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
+from robot_rl.ros.robot_state import RobotStatePublisher
 from robot_rl.ros.target_conversions import pose_target_from_msg, subscribe_targets
 from robot_rl.sim.live import LiveSim, LiveSimConfig
 
@@ -64,7 +68,7 @@ class SimNodeConfig(LiveSimConfig):
     camera_hz: float = 10.0
     """Camera publish rate [Hz]."""
     base_frame: str = "base"
-    """Frame of current_pose and of accepted targets."""
+    """Frame of current_pose and of accepted targets (an arm's root link in robot_description)."""
     publish_clock: bool = True
     """Publish /clock with simulated time."""
 
@@ -96,11 +100,17 @@ class SimNode(Node):
                          if self.sim.description.has_ee and not hardware else None)
         self.pub_object = (self.create_publisher(PoseStamped, "task/object_pose", 10)
                            if self.sim.object_pose() is not None else None)
-        self.pub_odom = ((self.create_publisher(PoseStamped, POSE_TOPIC, 10),
-                          self.create_publisher(TwistStamped, TWIST_TOPIC, 10))
-                         if self.sim.description.base is not None else None)  # floating base: odom/pose + twist
+        self.pub_odom = (self.create_publisher(Odometry, ODOM_TOPIC, 10)
+                         if self.sim.description.base is not None else None)
         self.pub_mode = None if hardware else self.create_publisher(String, "controller/mode", LATCHED)
-        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.frames = None if hardware else RobotStatePublisher(
+            self, cfg.robot, self.sim.model, None if self.sim.description.base else cfg.base_frame,
+            max_rate_hz=2 * cfg.tick_hz, stamp_ns=round(self.sim.time * 1e9))  # /tf at every tick
+        self.diagnostics = Updater(self, cfg.robot, stamp_ns=lambda: round(self.sim.time * 1e9))
+        if hardware:  # the internal controller is not in the loop: report the torque interface
+            self.diagnostics.add("robot_rl/sim/torque_interface", self._diagnose_torque_interface)
+        else:
+            self.diagnostics.add("robot_rl/sim/controller", self._diagnose_controller)
         self.pub_cams = {c: self.create_publisher(Image, f"{c}/image_raw", qos_profile_sensor_data)
                          for c in cfg.cameras}
         self._warn = RateLimitedWarnings(self.get_logger())
@@ -184,6 +194,9 @@ class SimNode(Node):
         if self.pub_clock is not None:
             self.pub_clock.publish(Clock(clock=ns_to_stamp(stamp_ns)))
         state = self.sim.state()
+        # a step leaves body and site poses one physics step behind qpos: make current_pose, the object, the
+        # cameras and /tf (the URDF's kinematics of joint_states) all show the state published now
+        mujoco.mj_kinematics(self.sim.model, self.sim.data)
         q = np.r_[state.q, self.sim.data.qpos[self.gripper_qpos]]
         dq = np.r_[state.dq, np.zeros(self.gripper_qpos.size)]
         tau = np.r_[self.sim.joint_efforts(), np.zeros(self.gripper_qpos.size)]
@@ -195,10 +208,11 @@ class SimNode(Node):
             obj = self.sim.object_pose()
             assert obj is not None
             self.pub_object.publish(pose_to_msg(obj[0], obj[1], stamp_ns, self.config.base_frame))
-        if self.pub_odom is not None and self.sim.description.base is not None:
-            msgs = odometry_to_msgs(state, stamp_ns, self.config.base_frame, self.sim.description.base.body)
-            self.pub_odom[0].publish(msgs[0])
-            self.pub_odom[1].publish(msgs[1])
+        if self.pub_odom is not None:
+            self.pub_odom.publish(odometry_to_msg(state, stamp_ns))
+        if self.frames is not None:
+            base = None if state.base_pos is None or state.base_quat is None else (state.base_pos, state.base_quat)
+            self.frames.publish(stamp_ns, self.joint_names, q, base)
         status = self.sim.status
         if self.pub_mode is not None and status.mode.value != self._last_mode:
             self._last_mode = status.mode.value
@@ -209,30 +223,24 @@ class SimNode(Node):
             for name, pub in self.pub_cams.items():
                 frame = self.sim.render(name, self.config.camera_height, self.config.camera_width)
                 pub.publish(image_to_msg(frame, stamp_ns, name))
-        if t >= self._next_diag:
+        if t >= self._next_diag:  # every simulated second
             self._next_diag = t + 1.0
-            self._publish_diagnostics(stamp_ns)
+            self.diagnostics.update(stamp_ns)
 
-    def _publish_diagnostics(self, stamp_ns: int) -> None:
-        array = DiagnosticArray()
-        array.header.stamp = ns_to_stamp(stamp_ns)
-        wall = max(time.monotonic() - self._wall0, 1e-9)
-        rtf = KeyValue(key="real_time_factor", value=f"{(self.sim.time - self._sim0) / wall:.2f}")
-        if self.config.effort_input:  # the internal controller is not in the loop: report the torque interface
-            braked = self.sim.braked
-            array.status.append(DiagnosticStatus(
-                name="robot_rl/sim/torque_interface", hardware_id=self.config.robot,
-                level=DiagnosticStatus.WARN if braked else DiagnosticStatus.OK,
-                message="braked: no fresh effort command" if braked else "following effort commands", values=[rtf]))
-        else:
-            status = self.sim.status
-            level = {"estop": DiagnosticStatus.ERROR, "hold": DiagnosticStatus.WARN}.get(status.mode.value,
-                                                                                         DiagnosticStatus.OK)
-            array.status.append(DiagnosticStatus(
-                name="robot_rl/sim/controller", hardware_id=self.config.robot, level=level,
-                message=f"{status.mode.value}: {status.reason}",
-                values=[KeyValue(key="rejected_targets", value=str(status.rejected)), rtf]))
-        self.pub_diag.publish(array)
+    def _real_time_factor(self) -> str:
+        return f"{(self.sim.time - self._sim0) / max(time.monotonic() - self._wall0, 1e-9):.2f}"
+
+    def _diagnose_torque_interface(self, stat: StatusWrapper) -> None:
+        braked = self.sim.braked
+        stat.summary(WARN if braked else OK,
+                     "braked: no fresh effort command" if braked else "following effort commands")
+        stat.add("real_time_factor", self._real_time_factor())
+
+    def _diagnose_controller(self, stat: StatusWrapper) -> None:
+        status = self.sim.status
+        stat.summary({"estop": ERROR, "hold": WARN}.get(status.mode.value, OK), f"{status.mode.value}: {status.reason}")
+        stat.add("rejected_targets", status.rejected)
+        stat.add("real_time_factor", self._real_time_factor())
 
     def close(self) -> None:
         """Free the renderers."""

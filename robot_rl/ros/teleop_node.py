@@ -8,8 +8,9 @@ One node for every embodiment; ``mode`` (:class:`~robot_rl.teleop.TeleopMode`) s
   frame), the walking policy's ``command`` while the human is in control (the policy node and the recorder
   pick it over ``cmd_vel``; see :func:`subscribe_velocity_commands`);
 * ``quad_position`` (quadrotors): ``teleop/target_pose``, a position + yaw setpoint in the world frame
-  integrated from the vehicle's ``odom/pose`` and kept in the workspace box; the flight controller's
-  safety layer follows it as a human target;
+  integrated from the vehicle's ``odom`` (nav_msgs/Odometry; its world-fixed odom frame is taken as
+  ``base_frame``, as the sim and the bridges publish it) and kept in the workspace box; the flight
+  controller's safety layer follows it as a human target;
 * ``quad_velocity`` (quadrotors): ``teleop/cmd_vel`` (TwistStamped, world frame: linear = velocity,
   angular.z = yaw rate), for bridges that take velocity setpoints.
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from scipy.spatial.transform import Rotation
@@ -41,7 +43,7 @@ from std_srvs.srv import SetBool, Trigger
 from robot_rl.core.spaces import SpecError
 from robot_rl.ros.conversions import ns_to_stamp, pose_from_msg, pose_to_msg
 from robot_rl.ros.node_main import run_node
-from robot_rl.ros.odometry import POSE_TOPIC, twist_from_msg
+from robot_rl.ros.odometry import ODOM_TOPIC, odometry_from_msg, twist_from_msg
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import EVENTS, LATCHED
 from robot_rl.teleop import EpisodeEvent, TeleopCommand, TeleopMode, TeleopState
@@ -80,7 +82,8 @@ class TeleopNodeConfig:
     workspace_high: tuple[float, ...] = QUAD_WORKSPACE_HIGH
     """quad_position: upper corner of that box [m, world frame]."""
     pose_topic: str = ""
-    """Measured pose to take over from; "" = current_pose (end_effector) or odom/pose (quad_position)."""
+    """Measured pose (PoseStamped) to take over from; "" = current_pose (end_effector) or odom (quad_position,
+    nav_msgs/Odometry)."""
     base_frame: str = "base"
     """Frame of published targets; the measured pose must use it too (world for a quadrotor)."""
 
@@ -118,8 +121,11 @@ class TeleopNode(Node):
         self.pub_cmd_vel = self.create_publisher(TwistStamped, TELEOP_CMD_VEL_TOPIC, 10)
         self.pub_intervention = self.create_publisher(Bool, "intervention", LATCHED)
         self.pub_event = self.create_publisher(String, "episode_event", EVENTS)
-        pose_topic = cfg.pose_topic or (POSE_TOPIC if self.mode == TeleopMode.QUAD_POSITION else "current_pose")
-        if self.mode.integrates_pose:
+        odometry = not cfg.pose_topic and self.mode == TeleopMode.QUAD_POSITION
+        pose_topic = ODOM_TOPIC if odometry else (cfg.pose_topic or "current_pose")
+        if odometry:
+            self.create_subscription(Odometry, ODOM_TOPIC, self._on_odometry, qos_profile_sensor_data)
+        elif self.mode.integrates_pose:
             self.create_subscription(PoseStamped, pose_topic, self._on_pose, qos_profile_sensor_data)
         for event in EpisodeEvent:
             self.create_service(Trigger, f"~/{event.value}", self._event_service(event))
@@ -137,6 +143,12 @@ class TeleopNode(Node):
     def _on_pose(self, msg: PoseStamped) -> None:
         try:
             self.current_pose = pose_from_msg(msg, self.config.base_frame)
+        except SpecError as exc:
+            self.get_logger().warning(f"ignoring measured pose: {exc}", throttle_duration_sec=1.0)
+
+    def _on_odometry(self, msg: Odometry) -> None:
+        try:
+            self.current_pose = odometry_from_msg(msg)[:2]
         except SpecError as exc:
             self.get_logger().warning(f"ignoring measured pose: {exc}", throttle_duration_sec=1.0)
 

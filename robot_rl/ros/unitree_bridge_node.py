@@ -9,12 +9,13 @@ Cyclone DDS bound to ``network_interface`` on ``domain_id``), run at ``rate_hz``
   position = kp [Nm/rad], velocity = kd [Nm s/rad]), the default gains for targets, since a JointState
   has no gain fields and the sim graph's policies never send any; ``safety/estop`` (latched Bool);
 * out: ``joint_states`` (position, velocity, effort = the motors' torque estimate), ``imu``
-  (sensor_msgs/Imu, pelvis IMU), ``odom/pose`` + ``odom/twist`` (:mod:`robot_rl.ros.odometry`),
-  ``controller/mode`` (latched) and ``/diagnostics`` (bridge mode: waiting / ramping / hold / active /
-  damping / link_lost, and counters), published at once on every mode change.
+  (sensor_msgs/Imu, pelvis IMU), ``odom`` (nav_msgs/Odometry, :mod:`robot_rl.ros.odometry`), the G1's
+  ``robot_description``, ``/tf`` and ``/tf_static`` (:mod:`robot_rl.ros.robot_state`), ``controller/mode``
+  (latched) and ``/diagnostics`` (bridge mode: waiting / ramping / hold / active / damping / link_lost, and
+  counters), published at once on every mode change.
 
-Odometry: a G1 measures no base position or linear velocity. ``odom/pose`` carries the IMU orientation
-and a constant position (0, 0, ``base_height_m``); ``odom/twist`` the gyroscope and a zero linear velocity.
+Odometry: a G1 measures no base position or linear velocity. ``odom`` carries the IMU orientation and a
+constant position (0, 0, ``base_height_m``), the gyroscope and a zero linear velocity.
 A policy that uses base_quat / projected_gravity / base_angvel gets what it saw in simulation; one that
 uses base_height or base_linvel gets these constants (plug a state estimator in for those).
 States are published only when a new LowState arrived, so a lost link shows up as silent topics (the
@@ -28,13 +29,12 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import PoseStamped, TwistStamped
+from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Bool, String
 
-from robot_rl.control.base import TargetRejected
+from robot_rl.control.base import RobotState, TargetRejected
 from robot_rl.core.config import ConfigError
 from robot_rl.hardware import unitree_idl as idl
 from robot_rl.hardware.unitree_bridge import (
@@ -45,16 +45,17 @@ from robot_rl.hardware.unitree_bridge import (
     UnitreeBridgeConfig,
 )
 from robot_rl.hardware.unitree_dds import UnitreeDds
-from robot_rl.ros.conversions import joint_state_to_msg, pose_to_msg
+from robot_rl.ros.conversions import joint_state_to_msg
+from robot_rl.ros.diagnostics import ERROR, OK, WARN, StatusWrapper, Updater
 from robot_rl.ros.node_main import run_node
-from robot_rl.ros.odometry import POSE_TOPIC, TWIST_TOPIC
+from robot_rl.ros.odometry import ODOM_TOPIC, odometry_to_msg
 from robot_rl.ros.params import declare_config
 from robot_rl.ros.qos import LATCHED, RateLimitedWarnings
+from robot_rl.ros.robot_state import RobotStatePublisher
 from robot_rl.ros.target_conversions import joint_gains_from_msg, joint_target_from_msg
 
-_LEVELS = {BridgeMode.ACTIVE: DiagnosticStatus.OK, BridgeMode.HOLD: DiagnosticStatus.OK,
-           BridgeMode.RAMPING: DiagnosticStatus.OK, BridgeMode.WAITING: DiagnosticStatus.WARN,
-           BridgeMode.DAMPING: DiagnosticStatus.WARN, BridgeMode.LINK_LOST: DiagnosticStatus.ERROR}
+_LEVELS = {BridgeMode.ACTIVE: OK, BridgeMode.HOLD: OK, BridgeMode.RAMPING: OK, BridgeMode.WAITING: WARN,
+           BridgeMode.DAMPING: WARN, BridgeMode.LINK_LOST: ERROR}
 
 
 @dataclass(frozen=True)
@@ -66,17 +67,17 @@ class UnitreeBridgeNodeConfig(UnitreeBridgeConfig):
     network_interface: str = ""
     """NIC wired to the robot (on 192.168.123.0/24, e.g. enp3s0); lo for the emulator; "" = Cyclone picks."""
     state_publish_hz: float = 100.0
-    """Rate of joint_states / imu / odom [Hz] (each new LowState at most once)."""
+    """Rate of joint_states / imu / odom / tf [Hz] (each new LowState at most once)."""
     diagnostics_hz: float = 2.0
     """Rate of /diagnostics [Hz] (plus one message at every mode change)."""
     publish_odometry: bool = True
-    """Publish odom/pose + odom/twist from the IMU (see the module docstring for what is constant)."""
+    """Publish odom (and odom -> base_link) from the IMU (see the module docstring for what is constant)."""
     base_height_m: float = 0.79
-    """The constant pelvis height put in odom/pose [m] (G1 standing: 0.79)."""
+    """The constant pelvis height put in odom [m] (G1 standing: 0.79)."""
     base_frame: str = "base"
-    """Frame of joint_states and odom/pose (the sim node's)."""
+    """frame_id of joint_states (the sim node's)."""
     imu_frame: str = "pelvis"
-    """Frame of imu and of odom/twist."""
+    """Frame of imu (the pelvis link of robot_description)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -98,10 +99,12 @@ class UnitreeBridgeNode(Node):
         self._warn = RateLimitedWarnings(self.get_logger())
         self.pub_joints = self.create_publisher(JointState, "joint_states", 10)
         self.pub_imu = self.create_publisher(Imu, "imu", 10)
-        self.pub_odom = ((self.create_publisher(PoseStamped, POSE_TOPIC, 10),
-                          self.create_publisher(TwistStamped, TWIST_TOPIC, 10)) if cfg.publish_odometry else None)
+        self.pub_odom = self.create_publisher(Odometry, ODOM_TOPIC, 10) if cfg.publish_odometry else None
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
-        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.frames = RobotStatePublisher(self, cfg.robot, max_rate_hz=2 * cfg.state_publish_hz)  # every state
+        self.diagnostics = Updater(self, f"unitree_{cfg.robot}")
+        self.diagnostics.add("robot_rl/unitree_bridge", self._diagnose)
+        self._status: BridgeStatus | None = None
         self.create_subscription(JointState, "target_joint", self._on_target, 10)
         self.create_subscription(JointState, "target_joint_gains", self._on_gains, LATCHED)
         self.create_subscription(Bool, "safety/estop", self._on_estop, LATCHED)
@@ -179,12 +182,13 @@ class UnitreeBridgeNode(Node):
         if status.mode != self._last_mode:
             self._last_mode = status.mode
             self.pub_mode.publish(String(data=status.mode.value))
-            log = self.get_logger().warn if _LEVELS[status.mode] != DiagnosticStatus.OK else self.get_logger().info
+            log = self.get_logger().warn if _LEVELS[status.mode] != OK else self.get_logger().info
             log(f"bridge mode {status.mode.value}: {status.reason}")
             self._next_diag = 0.0
         if now >= self._next_diag:
             self._next_diag = now + 1.0 / self.config.diagnostics_hz
-            self._publish_diagnostics(status)
+            self._status = status
+            self.diagnostics.update()
 
     def _publish_state(self, reading: LowStateReading) -> None:
         stamp = self.get_clock().now().to_msg()
@@ -200,28 +204,23 @@ class UnitreeBridgeNode(Node):
         ax, ay, az = (float(v) for v in reading.accel)
         imu.linear_acceleration.x, imu.linear_acceleration.y, imu.linear_acceleration.z = ax, ay, az
         self.pub_imu.publish(imu)
+        base = None
         if self.pub_odom is not None:
-            pose = pose_to_msg(np.array([0.0, 0.0, self.config.base_height_m]), reading.quat, stamp_ns,
-                               self.config.base_frame)
-            twist = TwistStamped()
-            twist.header.stamp, twist.header.frame_id = stamp, self.config.imu_frame
-            twist.twist.angular.x, twist.twist.angular.y, twist.twist.angular.z = (float(v) for v in reading.gyro)
-            self.pub_odom[0].publish(pose)
-            self.pub_odom[1].publish(twist)
+            base = (np.array([0.0, 0.0, self.config.base_height_m]), np.asarray(reading.quat, dtype=np.float64))
+            state = RobotState(reading.q, reading.dq, 0.0, base[0], base[1], np.zeros(3), reading.gyro)
+            self.pub_odom.publish(odometry_to_msg(state, stamp_ns))
+        self.frames.publish(stamp_ns, self.joint_names, reading.q, base)
 
-    def _publish_diagnostics(self, status: BridgeStatus) -> None:
-        array = DiagnosticArray()
-        array.header.stamp = self.get_clock().now().to_msg()
-        array.status.append(DiagnosticStatus(
-            name="robot_rl/unitree_bridge", hardware_id=f"unitree_{self.config.robot}", level=_LEVELS[status.mode],
-            message=f"{status.mode.value}: {status.reason}",
-            values=[KeyValue(key="mode", value=status.mode.value),
-                    KeyValue(key="rejected_targets", value=str(status.rejected)),
-                    KeyValue(key="bad_crc_states", value=str(status.bad_crc)),
-                    KeyValue(key="commands_sent", value=str(status.sent)),
-                    KeyValue(key="link_age_s", value=f"{status.link_age_s:.3f}"),
-                    KeyValue(key="ramp", value=f"{status.ramp:.2f}")]))
-        self.pub_diag.publish(array)
+    def _diagnose(self, stat: StatusWrapper) -> None:
+        status = self._status
+        assert status is not None
+        stat.summary(_LEVELS[status.mode], f"{status.mode.value}: {status.reason}")
+        stat.add("mode", status.mode.value)
+        stat.add("rejected_targets", status.rejected)
+        stat.add("bad_crc_states", status.bad_crc)
+        stat.add("commands_sent", status.sent)
+        stat.add("link_age_s", f"{status.link_age_s:.3f}")
+        stat.add("ramp", f"{status.ramp:.2f}")
 
     def close(self) -> None:
         """Stop the DDS loop: the robot keeps its last command (a robot in debug mode: send damping first)."""

@@ -19,6 +19,7 @@ import numpy as np
 from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nav_msgs.msg import Odometry
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Bool, Float64, Float64MultiArray
@@ -93,6 +94,16 @@ def twists(draw: st.DrawFn) -> TwistStamped:
     draw(headers(msg))
     lin, ang = msg.twist.linear, msg.twist.angular
     lin.x, lin.y, lin.z, ang.x, ang.y, ang.z = (draw(FLOATS) for _ in range(6))
+    return msg
+
+
+@st.composite
+def odometries(draw: st.DrawFn, center: Sequence[float] = (0.0, 0.0, 0.8)) -> Odometry:
+    """A nav_msgs/Odometry: a pose as :func:`poses` draws it and any twist."""
+    msg = Odometry()
+    pose, twist = draw(poses(center)), draw(twists())
+    msg.header, msg.child_frame_id = pose.header, draw(st.sampled_from(["base_link", "", "x" * 300]))
+    msg.pose.pose, msg.twist.twist = pose.pose, twist.twist
     return msg
 
 
