@@ -233,6 +233,10 @@ _actors = iter(range(10**9))
            st.sampled_from(["type", "seq", "oldest", "version"]), json_values, max_size=4)),
        raw=st.one_of(st.none(), st.none(), st.binary(max_size=100), st.just(LYING_SAFETENSORS)))
 @example(muts=[("scalar", "action", 0, np.float32)], header=None, raw=None)  # TypeError (len of a 0-d array) before
+@example(muts=[("drop", "task", 0.0, np.float16), ("extra-dim", "episode_id", 0.0, np.float16),  # found by the
+               ("value", "reward", float("inf"), np.float16)], header=None, raw=None)  # 10 000-input drill: naming
+@example(muts=[("drop", "task", 0.0, np.float16), ("scalar", "episode_id", 0.0, np.float16),  # the bad row raised
+               ("value", "reward", float("nan"), np.float16)], header=None, raw=None)  # TypeError on odd id columns
 def test_the_learner_stores_a_batch_only_when_every_column_is_sound(server: TcpTransitionServer, muts: list[Any],
                                                                    header: dict[str, Any] | None,
                                                                    raw: bytes | None) -> None:

@@ -59,13 +59,21 @@ def transitions_to_columns(transitions: Sequence[Transition]) -> dict[str, np.nd
 
 
 def _where(cols: dict[str, np.ndarray], col: np.ndarray) -> str:
-    """" in episode E at step S" for the first bad row (what an operator looks up), "" without ids."""
-    bad = np.flatnonzero(~np.isfinite(col.reshape(len(col), -1)).all(axis=1))
+    """" in episode E at step S" for the first bad row (what an operator looks up), "" without usable ids.
+
+    Called on a column already found bad, before the id columns are checked: any shape or dtype may reach it.
+    """
     episode, step = cols.get("episode_id"), cols.get("step")
-    if not len(bad) or episode is None or step is None or len(episode) != len(col) or len(step) != len(col):
+    if col.ndim == 0 or not all(isinstance(ids, np.ndarray) and ids.ndim == 1 and len(ids) == len(col)
+                                for ids in (episode, step)):
         return ""
-    episodes = sorted({int(e) for e in episode[bad]})
-    return f" in episode {episodes[0]} at step {int(step[bad[0]])} ({len(bad)} row(s), episodes {episodes})"
+    assert episode is not None and step is not None
+    bad = np.flatnonzero(~np.isfinite(col.reshape(len(col), -1)).all(axis=1))
+    try:
+        episodes = sorted({int(e) for e in episode[bad]})
+        return f" in episode {episodes[0]} at step {int(step[bad[0]])} ({len(bad)} row(s), episodes {episodes})"
+    except (IndexError, TypeError, ValueError, OverflowError):  # no bad row, or ids that are not integers
+        return ""
 
 
 def check_columns(cols: dict[str, np.ndarray]) -> list[str]:
