@@ -312,25 +312,38 @@ def test_teleop_node_measured_pose(msg: object) -> None:
         assert np.all(np.isfinite(position)) and abs(np.linalg.norm(quat) - 1.0) < 1e-6
 
 
-@fuzz_settings(200)
-@given(msgs=st.lists(twists(), min_size=1, max_size=4), human=st.booleans())
-def test_velocity_mux(ros: SimpleNamespace, msgs: list[object], human: bool) -> None:
-    """subscribe_velocity_commands (teleop / policy node / recorder): the walking command stays finite."""
-    mux = VelocityCommandMux(np.zeros(6))
+def test_velocity_mux(ros: SimpleNamespace) -> None:
+    """subscribe_velocity_commands (teleop / policy node / recorder): the walking command stays finite.
+
+    One probe node for every input, its subscriptions made anew for each and destroyed after it: a node per
+    input made the drill quadratic (10 000 nodes of one name in one context)."""
     probe = ProbeNode()
+
+    @fuzz_settings(200)
+    @given(msgs=st.lists(twists(), min_size=1, max_size=4), human=st.booleans())
+    def run(msgs: list[object], human: bool) -> None:
+        mux = VelocityCommandMux(np.zeros(6))
+        try:
+            subscribe_velocity_commands(probe, mux)
+            cbs = callbacks(probe)
+            cbs["intervention"](Bool(data=human))
+            for i, msg in enumerate(msgs):
+                feed("ros: velocity_mux cmd_vel (TwistStamped)", probe.log,
+                     cbs["teleop/cmd_vel" if i % 2 else "cmd_vel"], msg)
+            assert np.all(np.isfinite(mux.base_command(probe.get_clock().now().nanoseconds * 1e-9)))
+            for sub in list(probe.subscriptions):
+                probe.destroy_subscription(sub)
+            gate = InterventionGate(probe, probe.log.info)
+            for value in (human, not human):
+                flag = callbacks(probe)["intervention"]
+                outcome_of("ros: bridge intervention (Bool)", partial(flag, Bool(data=value)))
+            assert gate.admits("human") != gate.admits("policy")
+        finally:
+            for sub in list(probe.subscriptions):
+                probe.destroy_subscription(sub)
+
     try:
-        subscribe_velocity_commands(probe, mux)
-        cbs = callbacks(probe)
-        cbs["intervention"](Bool(data=human))
-        for i, msg in enumerate(msgs):
-            feed("ros: velocity_mux cmd_vel (TwistStamped)", probe.log, cbs["teleop/cmd_vel" if i % 2 else "cmd_vel"],
-                 msg)
-        assert np.all(np.isfinite(mux.base_command(probe.get_clock().now().nanoseconds * 1e-9)))
-        gate = InterventionGate(probe, probe.log.info)
-        for value in (human, not human):
-            flag = callbacks(probe)["intervention"]
-            outcome_of("ros: bridge intervention (Bool)", partial(flag, Bool(data=value)))
-        assert gate.admits("human") != gate.admits("policy")
+        run()
     finally:
         probe.destroy_node()
 
