@@ -72,7 +72,7 @@ def test_the_ros_policy_node_flies_the_trained_policy(hover_run: tuple[RLResult,
                200)
     assert "MLPPolicy" in got["policy_log"] and "['position', 'quat', 'linvel', 'angvel']" in got["policy_log"]
     _assert_accepted(got)
-    last = got["odom"][-1].pose.position
+    last = got["frames"].odometry[-1].pose.pose.position  # nav_msgs/Odometry on odom
     assert np.linalg.norm([last.x, last.y, last.z - 1.0]) < 2 * SUCCESS_DISTANCE
 
 
