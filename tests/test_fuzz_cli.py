@@ -11,13 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.fuzz import fuzz_settings, tally, tree_digest
+from helpers.fuzz import exported_dataset, fuzz_settings, tally, tree_digest
 from hypothesis import example, given
 from hypothesis import strategies as st
-
-from robot_rl.data import DatasetInfo, EpisodeStore
-from robot_rl.data.lerobot_export import export_lerobot
-from robot_rl.data.synthetic import synthetic_episode
 
 SLOW_S = 20.0
 """Bound on one command (generous: the suite shares two cores with other test runs)."""
@@ -26,12 +22,8 @@ SLOW_S = 20.0
 @pytest.fixture(scope="module")
 def datasets(fuzz_work: Path) -> dict[str, Path]:
     """A tiny episode store and its LeRobot v3 export: inputs the CLI must never change."""
-    store = EpisodeStore.create(fuzz_work / "store.zarr", DatasetInfo(robot="panda", fps=10.0, task="pick"))
-    for i, n in enumerate((5, 3)):
-        store.add_episode(synthetic_episode(i, n, cameras=1, size=32, joints=3), task="pick")
-    store.close()
-    export_lerobot(EpisodeStore.open(fuzz_work / "store.zarr"), fuzz_work / "lr", progress=False)
-    return {"dataset": fuzz_work / "lr", "store": fuzz_work / "store.zarr"}
+    store, dataset = exported_dataset(fuzz_work, "store")
+    return {"dataset": dataset, "store": store}
 
 
 CLI_ENTRY = "cli: arguments"

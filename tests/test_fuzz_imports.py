@@ -21,15 +21,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers.fuzz import fresh_copy, fuzz_settings, tally, tree_digest
+from helpers.fuzz import exported_dataset, fresh_copy, fuzz_settings, tally, tree_digest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from robot_rl.data import DatasetInfo, EpisodeStore
-from robot_rl.data.lerobot_export import export_lerobot
 from robot_rl.data.lerobot_import import import_lerobot
 from robot_rl.data.rosbag_import import BagMapping, TopicField, import_bag
-from robot_rl.data.synthetic import synthetic_episode
 
 FUZZ = fuzz_settings(30)
 SHARED = fuzz_settings(30, drill_share=2)
@@ -228,11 +225,7 @@ def test_rosbag_hostile_messages_and_mappings(bags: dict[str, Path], fuzz_work: 
 # ===================================================================================== LeRobot v3
 @pytest.fixture(scope="module")
 def lerobot(fuzz_work: Path) -> dict[str, Path]:
-    store = EpisodeStore.create(fuzz_work / "lr_src.zarr", DatasetInfo(robot="panda", fps=10.0, task="pick"))
-    for i, n in enumerate((5, 3)):
-        store.add_episode(synthetic_episode(i, n, cameras=1, size=32, joints=3), task="pick")
-    store.close()
-    export_lerobot(EpisodeStore.open(fuzz_work / "lr_src.zarr"), fuzz_work / "lr", progress=False)
+    exported_dataset(fuzz_work, "lr_src")
     import_lerobot(fuzz_work / "lr", fuzz_work / "lr_back.zarr", progress=False).close()
     return {"dataset": fuzz_work / "lr", "store": fuzz_work / "lr_back.zarr"}
 

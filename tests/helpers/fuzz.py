@@ -76,6 +76,21 @@ def tree_digest(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
 
 
+def exported_dataset(folder: Path, name: str) -> tuple[Path, Path]:
+    """A tiny episode store ``folder/name.zarr`` (two synthetic episodes, one camera) and its LeRobot v3 export
+    ``folder/lr``: the sound template that file and CLI fuzzing damage or point at. Returns (store, dataset)."""
+    from robot_rl.data import DatasetInfo, EpisodeStore
+    from robot_rl.data.lerobot_export import export_lerobot
+    from robot_rl.data.synthetic import synthetic_episode
+
+    store = EpisodeStore.create(folder / f"{name}.zarr", DatasetInfo(robot="panda", fps=10.0, task="pick"))
+    for i, n in enumerate((5, 3)):
+        store.add_episode(synthetic_episode(i, n, cameras=1, size=32, joints=3), task="pick")
+    store.close()
+    export_lerobot(EpisodeStore.open(folder / f"{name}.zarr"), folder / "lr", progress=False)
+    return folder / f"{name}.zarr", folder / "lr"
+
+
 def fresh_copy(template: Path, work: Path) -> Path:
     """A private copy of the folder ``template`` under ``work``, for one generated input to damage."""
     dest = Path(tempfile.mkdtemp(dir=work))
