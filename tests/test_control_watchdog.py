@@ -11,7 +11,7 @@ import pytest
 from robot_rl.control import FlightTarget, PoseTarget, TargetRejected, load_control_config
 from robot_rl.control.safety import SafetyConfig
 from robot_rl.control.stepping import StateIndex, step_physics
-from robot_rl.control.watchdog import Watchdog, WorkspaceBox, check_pose_target
+from robot_rl.control.watchdog import StarvationGuard, Watchdog, WorkspaceBox, check_pose_target
 from robot_rl.core.config import ConfigError
 from robot_rl.robots import cf2x, description
 from robot_rl.runtime.arm_actions import WORKSPACE_HIGH, WORKSPACE_LOW, CartesianDeltaIntegrator
@@ -29,6 +29,25 @@ def test_watchdog_ages_and_staleness() -> None:
     for bad in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(ConfigError):
             Watchdog(bad)
+
+
+def test_starvation_guard_excuses_a_stream_for_one_timeout_after_a_late_check() -> None:
+    guard, fast, slow = StarvationGuard(0.1), Watchdog(0.3), Watchdog(1.0)
+    fast.feed(0.0), slow.feed(0.0)
+    assert guard.tick(0.0) is None and guard.tick(0.05) is None  # on time
+    assert guard.tick(1.05) == pytest.approx(1.0)  # starved for a second: a window opens at 1.05
+    assert guard.excused(fast, 1.05) and guard.excused(fast, 1.34) and not guard.excused(fast, 1.36)
+    assert guard.excused(slow, 2.05) and not guard.excused(slow, 2.06)  # each stream by its own timeout
+    fast.feed(1.1)
+    assert not guard.excused(fast, 1.2)  # heard from since the wake-up: judged normally again
+    assert guard.tick(1.1) is None and guard.tick(1.5) == pytest.approx(0.4)  # on time, then late: reopens
+    assert guard.excused(fast, 1.6) and not guard.excused(fast, 1.81)  # fed at 1.1, before the new window
+    always_late = StarvationGuard(0.1)
+    assert always_late.tick(0.0) is None and always_late.tick(0.5) == pytest.approx(0.5)
+    assert always_late.tick(1.0) is None and always_late.tick(1.5) is None  # consecutive late ticks: no reopen
+    assert not always_late.excused(Watchdog(0.3), 1.5)
+    with pytest.raises(ConfigError):
+        StarvationGuard(0.0)
 
 
 def test_workspace_box_checks_and_clips_pose_and_flight_targets() -> None:

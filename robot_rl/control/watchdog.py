@@ -59,6 +59,44 @@ class Watchdog:
         return self.last is not None and self.stale(now)
 
 
+class StarvationGuard:
+    """Tells a stream that went silent from a periodic check that ran late because its own process starved.
+
+    A node that was stopped (SIGSTOP, a loaded machine) wakes with messages still queued while its
+    watchdogs have aged: judging at its first late tick would blame a live stream. The first late tick after
+    an on-time one opens a grace window; within it a watchdog not fed since the window opened is excused for
+    its own timeout, so a stream that stays silent is judged one timeout after the wake-up (and a fresh
+    message ends the excuse at once). Consecutive late ticks do not reopen the window: a node that is always
+    late still judges.
+    """
+
+    def __init__(self, late_after_s: float) -> None:
+        if not (math.isfinite(late_after_s) and late_after_s > 0):
+            raise ConfigError(f"StarvationGuard.late_after_s: must be a positive finite time, got {late_after_s}")
+        self.late_after_s = float(late_after_s)
+        self._last_tick: float | None = None
+        self._was_late = False
+        self.opened_at: float | None = None
+        """When the last grace window opened (None: never)."""
+
+    def tick(self, now: float) -> float | None:
+        """Record a check at ``now``; the gap since the previous check if it opens a grace window, else None."""
+        gap = 0.0 if self._last_tick is None else now - self._last_tick
+        self._last_tick = now
+        late, opens = gap > self.late_after_s, gap > self.late_after_s and not self._was_late
+        self._was_late = late
+        if opens:
+            self.opened_at = now
+            return gap
+        return None
+
+    def excused(self, watchdog: Watchdog, now: float) -> bool:
+        """Whether ``watchdog``'s silence is still this node's own fault (in the window, not fed since)."""
+        opened = self.opened_at
+        return (opened is not None and now - opened <= watchdog.timeout
+                and (watchdog.last is None or watchdog.last < opened))
+
+
 @dataclass(frozen=True)
 class WorkspaceBox:
     """Axis-aligned box [m] in the base frame that tool or vehicle positions must stay inside."""

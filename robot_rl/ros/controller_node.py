@@ -10,7 +10,8 @@ and ``/tf_static`` (:mod:`robot_rl.ros.robot_state`: the chain from ``base_frame
 MuJoCo model (the role Pinocchio plays in CRISP). If ``joint_states`` goes silent for ``state_timeout_s`` the
 node latches the e-stop and publishes zero torques: it never computes torques from a stale state. A tick that
 ran late because this node itself was starved (joint_states that arrived meanwhile are still queued) publishes
-zero torques and judges at the next tick, once, as the safety node does.
+zero torques until a fresh state arrives and e-stops only if none comes within ``state_timeout_s``, as the
+safety node does (:class:`~robot_rl.control.watchdog.StarvationGuard`).
 
 A Python loop is not a hard real-time loop: for 1 kHz torque control on a real arm, run CRISP's C++
 controllers (``real_arm_crisp.launch.yaml``) and let robot_rl stream targets. Measured here with the
@@ -36,7 +37,7 @@ from robot_rl.control.base import RobotState
 from robot_rl.control.config import build_controller, load_control_config
 from robot_rl.control.rotations import mat_to_quat
 from robot_rl.control.safety import SafetyLayer
-from robot_rl.control.watchdog import Watchdog
+from robot_rl.control.watchdog import StarvationGuard, Watchdog
 from robot_rl.core.spaces import SpecError
 from robot_rl.robots import robot_module
 from robot_rl.ros.conversions import joint_state_from_msg, pose_to_msg, stamp_to_seconds
@@ -94,9 +95,8 @@ class ControllerNode(Node):
         self.human = False
         self._warn = RateLimitedWarnings(self.get_logger())
         self._last_mode = ""
-        self._last_tick: float | None = None
-        self._deferred = False
-        """The last tick deferred its staleness verdict (this node was starved); the next one judges."""
+        self.starvation = StarvationGuard(cfg.state_timeout_s / 2)
+        """Excuses joint_states after this node's own late tick (see :class:`StarvationGuard`)."""
         self.pub_cmd = self.create_publisher(Float64MultiArray, cfg.command_topic, 10)
         self.pub_pose = self.create_publisher(PoseStamped, "current_pose", 10) if self.arm_model else None
         self.pub_mode = self.create_publisher(String, "controller/mode", LATCHED)
@@ -153,19 +153,18 @@ class ControllerNode(Node):
 
     def _tick(self) -> None:
         now = self._now()
-        late, self._last_tick = (0.0 if self._last_tick is None else now - self._last_tick), now
+        gap = self.starvation.tick(now)
+        if gap is not None:
+            self._warn(f"control ticks {gap:.3f} s apart (this node was starved): zero torques until a fresh "
+                       f"joint_states, e-stop if none within {self.config.state_timeout_s} s")
         if self.state is None:
             return  # nothing measured yet: publish nothing rather than a guess
         if self.state_watchdog.stale(now):
-            if late > self.config.state_timeout_s / 2 and not self._deferred:
-                self._deferred = True  # starved ourselves: queued joint_states are taken before the next tick
-                self._warn(f"control ticks {late:.3f} s apart (this node was starved): zero torques, judging "
-                           f"joint_states at the next tick")
-            elif self.controller.mode.value != "estop":
+            if (not self.starvation.excused(self.state_watchdog, now)
+                    and self.controller.mode.value != "estop"):
                 self.controller.estop(now, f"joint_states stale for {self.state_watchdog.age(now):.3f} s")
             torques = np.zeros(self.controller.n_commands)
         else:
-            self._deferred = False
             state = RobotState(self.state.q, self.state.dq, now)
             torques = self.controller.compute(state, now)
         self.pub_cmd.publish(Float64MultiArray(data=torques.tolist()))

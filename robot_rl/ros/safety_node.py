@@ -27,7 +27,7 @@ from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
-from robot_rl.control.watchdog import Watchdog
+from robot_rl.control.watchdog import StarvationGuard, Watchdog
 from robot_rl.ros.diagnostics import ERROR, OK, STALE, WARN, StatusWrapper, Updater
 from robot_rl.ros.node_main import run_node
 from robot_rl.ros.params import declare_config
@@ -81,8 +81,8 @@ class SafetyNode(Node):
         """One per watched topic, fed with the monotonic time of each message."""
         self.alive_since: dict[str, float | None] = dict.fromkeys(cfg.watched_topics)
         """Start of each topic's first unbroken run of messages (None: none yet, or broken during bring-up)."""
-        self._last_check = time.monotonic()
-        self._deferred = False
+        self.starvation = StarvationGuard(min(cfg.max_age_s) / 2)
+        """Excuses watched topics after this node's own late check (see :class:`StarvationGuard`)."""
         self.pub_estop = self.create_publisher(Bool, "safety/estop", LATCHED)
         self.diagnostics = Updater(self, "robot_rl", period=1.0 / cfg.diagnostics_hz)
         self.diagnostics.add("robot_rl/safety/estop", self._diagnose_estop)
@@ -105,7 +105,8 @@ class SafetyNode(Node):
 
     def _stale(self) -> list[str]:
         now = time.monotonic()
-        return [t for t, w in self.watchdogs.items() if w.went_silent(now)]
+        return [t for t, w in self.watchdogs.items()
+                if w.went_silent(now) and not self.starvation.excused(w, now)]
 
     def armed(self, topic: str) -> bool:
         """Whether ``topic`` has been alive long enough that its silence is a fault (not bring-up).
@@ -126,16 +127,10 @@ class SafetyNode(Node):
             self.get_logger().info(f"e-stop clear: {reason}")
 
     def _check(self) -> None:
-        now = time.monotonic()
-        late, self._last_check = now - self._last_check, now
-        if late > min(self.config.max_age_s) / 2 and not self._deferred:
-            # We were starved ourselves: messages that arrived meanwhile are still queued. Judge at the next
-            # check, after the executor has taken them (once: a node that is always late still judges).
-            self._deferred = True
-            self.get_logger().warning(f"safety checks {late:.3f} s apart (this node was starved): judging "
-                                      f"staleness at the next check", throttle_duration_sec=5.0)
-            return
-        self._deferred = False
+        gap = self.starvation.tick(time.monotonic())
+        if gap is not None:  # messages that arrived meanwhile are still queued: give each topic its max age
+            self.get_logger().warning(f"safety checks {gap:.3f} s apart (this node was starved): a topic "
+                                      f"silent since is judged after its max age", throttle_duration_sec=5.0)
         latching = []
         for topic in self._stale():
             if self.armed(topic):
