@@ -185,6 +185,7 @@ def test_registry_lists_builtins_and_a_plug_in() -> None:
     assert check_streamable(cfg, "cartesian_delta", []) == [] and "toy" in streamable()
 
 
+@pytest.mark.slow
 def test_a_plug_in_runs_in_the_process_runner(tmp_path: Path) -> None:
     from robot_rl.learners.online import run_online
 
@@ -194,6 +195,7 @@ def test_a_plug_in_runs_in_the_process_runner(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_plug_in_runs_on_ray(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     from robot_rl.learners.ray_fleet import run_on_ray

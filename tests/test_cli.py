@@ -18,6 +18,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_help_lists_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     proc = _cli("--help")  # the entry point itself, in a fresh interpreter
     assert proc.returncode == 0
@@ -31,6 +32,7 @@ def test_help_lists_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     assert _cli().returncode == 2  # no subcommand: help and a usage error
 
 
+@pytest.mark.slow
 def test_doctor_reports_versions_rmw_and_rendering() -> None:
     proc = _cli("doctor", "--json")
     report = {c["name"]: c for c in json.loads(proc.stdout)}
@@ -43,6 +45,7 @@ def test_doctor_reports_versions_rmw_and_rendering() -> None:
     assert all(report[f"model:{r}"]["ok"] for r in ("panda", "g1", "cf2x"))
 
 
+@pytest.mark.slow
 def test_doctor_names_the_fix_when_something_is_missing() -> None:
     code = ("import sys; sys.modules['rosbags'] = None\n"
             "from robot_rl.cli.main import main; sys.exit(main(['doctor', '--no-render']))")
@@ -51,6 +54,7 @@ def test_doctor_names_the_fix_when_something_is_missing() -> None:
     assert "[FAIL] rosbags" in proc.stdout and "fix: pip install 'rosbags<0.12,>=0.11'" in proc.stdout
 
 
+@pytest.mark.slow
 def test_online_roles_run_from_the_core_entry_point(tmp_path: Path) -> None:
     """Child processes start with ``python -m robot_rl.learners.roles`` (no detour through robot_rl.cli);
     ``robot-rl online learner|actor`` reaches the same functions and reports a missing run config alike."""
@@ -77,6 +81,7 @@ def test_demo_settings_come_from_the_options() -> None:
     assert not settings.pixels and args.skip_to == "evaluation"
 
 
+@pytest.mark.slow
 def test_demo_with_pixels_trains_a_policy_that_sees_the_cube_only_through_its_cameras(tmp_path: Path) -> None:
     """--pixels: front and wrist cameras recorded, the camera config trained; no object or goal state."""
     import os

@@ -184,6 +184,7 @@ class SlowReachExpert(ReachExpert):
         return super().act(obs)
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_committed_episodes_and_drops_the_partial_one(tmp_path: Path) -> None:
     import os
     import signal

@@ -48,6 +48,7 @@ def test_demo_real_runs_every_stage_from_the_previous_ones_weights(tmp_path: Pat
         assert (tmp_path / f"learning_curve_{folder}.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_stop_after_ends_the_story_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["demo", "--out", str(tmp_path), "--episodes", "2", "--bc-steps", "20", "--eval-episodes", "2",
                  "--eval-workers", "1", "--stop-after", "behaviour cloning"])

@@ -321,6 +321,7 @@ def check_invariant(learner: Learner, actors: list[Actor]) -> tuple[int, int]:
     return count, learner.server.inbox.duplicates
 
 
+@pytest.mark.slow
 def test_a_network_partition_heals_actors_reconnect_and_every_step_arrives_once(tmp_path: Path) -> None:
     with fleet(tmp_path) as (proxy, learner, actors):
         wait_for(lambda: len(learner.stored) > 150, 30, "steps to flow")

@@ -32,7 +32,7 @@ from robot_rl.fleet.delivery import read_commit, read_journal, row_digests, tran
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.online_config import OnlineConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 QUAD = "robot_rl/QuadHover-RealStandIn-v0"
 
 

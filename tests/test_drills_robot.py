@@ -100,6 +100,7 @@ def _position_setpoint(z: float) -> bytes:
     return bytes([0x7C]) + struct.pack("<Bffff", 7, 0.0, 0.0, z, 0.0)
 
 
+@pytest.mark.slow
 def test_crazyflie_bridge_killed_firmware_levels_then_stops_and_a_respawned_bridge_cannot_spin_it_up() -> None:
     from robot_rl.hardware import crazyflie_protocol as p
     from robot_rl.hardware.crazyflie_emulator import WDT_LEVEL_S, WDT_SHUTDOWN_S, EmulatedCrazyflie
@@ -143,6 +144,7 @@ def test_crazyflie_bridge_killed_firmware_levels_then_stops_and_a_respawned_brid
 
 
 # ============================================================================ PX4: px4_bridge killed
+@pytest.mark.slow
 def test_px4_bridge_killed_vehicle_holds_by_itself_and_a_respawned_bridge_takes_over_without_a_jump() -> None:
     from robot_rl.hardware import px4_codec as codec
     from robot_rl.hardware import px4_emulator as pe

@@ -48,6 +48,7 @@ def episode_steps(result: object) -> float:
     return float(len(result.transitions))  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_sequential_report(policy_dir: Path) -> None:
     torch.set_num_threads(1)
     recipe = EvalRecipe(ENV_ID, partial(policy_from_folder, str(policy_dir)), threads=1)
@@ -63,6 +64,7 @@ def test_two_processes_give_the_sequential_report(policy_dir: Path) -> None:
     assert reports[2].policy_ms_per_step > 0
 
 
+@pytest.mark.slow
 def test_eval_cli_with_two_workers_writes_the_sequential_report(policy_dir: Path, tmp_path: Path) -> None:
     saved = {}
     for workers in ("1", "2"):
@@ -77,6 +79,7 @@ def broken_agent(env: object) -> object:
     raise RuntimeError("no such agent")
 
 
+@pytest.mark.slow
 def test_a_failing_worker_raises_in_the_caller() -> None:
     env = gym.make(ENV_ID)
     recipe = EvalRecipe(ENV_ID, broken_agent)

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from helpers.fuzz import record_fault
 
 from robot_rl.core.config import load_config, save_config
@@ -77,6 +78,7 @@ def stored_digests(run: Path) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_actors_join_over_tls_wrong_secret_is_refused_and_status_reports_them(tmp_path: Path) -> None:
     """Over TLS (a self-signed certificate the actors check), as a learner on a network would serve."""
     port = free_port()
@@ -124,6 +126,7 @@ def test_actors_join_over_tls_wrong_secret_is_refused_and_status_reports_them(tm
     assert sorted(stored_digests(run)) == sorted(read_journal(r / "outbox" / "robot-a"))
 
 
+@pytest.mark.slow
 def test_every_step_is_stored_once_through_a_learner_sigkill_and_a_replaced_actor(tmp_path: Path) -> None:
     """Two TCP actors; the learner is SIGKILLed mid-run and restarted on its port; actor 1 is SIGKILLed and a
     replacement with the same name and folder finishes its work. Count and hash of the steps produced (the
@@ -184,6 +187,7 @@ def test_every_step_is_stored_once_through_a_learner_sigkill_and_a_replaced_acto
                      steps=sum(sent.values()))
 
 
+@pytest.mark.slow
 def test_a_learner_off_loopback_needs_tls_or_insecure_and_refuses_a_readable_secret(tmp_path: Path) -> None:
     run = fleet_run(tmp_path, free_port(), f"fleet.listen=0.0.0.0:{free_port()}")
     env = {k: v for k, v in os.environ.items() if k != PLAINTEXT_ENV}

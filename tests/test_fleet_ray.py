@@ -30,7 +30,7 @@ from robot_rl.fleet.fleet_status import read_status
 from robot_rl.learners.buffers import ReplayBuffer
 from robot_rl.learners.online_config import OnlineConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 QUAD = "robot_rl/QuadHover-RealStandIn-v0"
 TRACK = "robot_rl/QuadTrack-RealStandIn-v0"
 

@@ -151,6 +151,7 @@ FOUND = [["data", "info", "{long}"], ["data", "record", "--out", "{missing}", "-
 """Inputs that once raised a traceback (in the order found)."""
 
 
+@pytest.mark.slow
 @fuzz_settings(150)
 @given(data=st.data())
 @example(data=None)

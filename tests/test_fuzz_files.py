@@ -284,6 +284,7 @@ def _read_all(path: Path) -> None:
 @settings(fuzz_settings(120))
 @given(pick=st.integers(0, 10**6), action=st.sampled_from(["truncate", "delete", "flip", "dtype", "zarray", "attrs"]),
        at=st.integers(0, 10**6))
+@pytest.mark.slow
 @example(pick=0, action="dtype", at=0)
 @example(pick=0, action="attrs", at=1)  # 'tasks' not a list
 @example(pick=0, action="attrs", at=62)  # malformed 'schema'
@@ -323,6 +324,7 @@ BAD_STEP = st.sampled_from(["obs_shape", "obs_dtype", "action_shape", "nan_rewar
                             "none"])
 
 
+@pytest.mark.slow
 @settings(fuzz_settings(60))
 @given(bad=BAD_STEP, at=st.integers(0, 5), length=st.integers(1, 6))
 def test_store_refused_append_keeps_episodes(store_path: Path, fuzz_work: Path, bad: str, at: int, length: int) -> None:

@@ -343,6 +343,7 @@ def noted(srv: TcpTransitionServer, before: int, peer: str) -> bool:
     return any(f"{peer}:" in r or f"({peer})" in r for r in srv.refused[before:])
 
 
+@pytest.mark.slow
 @fuzz_settings(100)  # each input is a real connection (~40 ms), some held open until refused
 @given(auth=st.sampled_from(["none", "wrong-key", "right"]), data=frames, muts=mutations, hold=st.booleans())
 def test_the_learner_endpoint_survives_hostile_connections_and_keeps_serving(

@@ -179,6 +179,7 @@ MAPPINGS = st.fixed_dictionaries({}, optional={
     "missing_topic": st.just(True)})
 
 
+@pytest.mark.slow
 @STORAGES
 @SHARED
 @given(hostile=HOSTILE, mapping=MAPPINGS, existing=st.booleans())
@@ -262,6 +263,7 @@ def damaged_lerobot_import(lerobot: dict[str, Path], fuzz_work: Path, kind: str,
     assert error is not None or not existing, "an import overwrote an existing store"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["parquet", "metadata"])
 @SHARED
 @given(**DAMAGE)
@@ -300,6 +302,7 @@ FEATURE_FIELDS = st.sampled_from(["dtype", "shape", "names", "info"])
        fields=st.dictionaries(FEATURE_FIELDS, JSON_VALUES | st.sampled_from(["video", "image", "float32",
                                                                               [2], [10**9]]), max_size=2),
        drop=st.lists(INFO_KEYS | FEATURE_KEYS, max_size=2), raw=st.none() | st.binary(max_size=40))
+@pytest.mark.slow
 @example(top={"fps": 0}, feature="action", fields={}, drop=[], raw=None)
 @example(top={"fps": "ten"}, feature="action", fields={}, drop=[], raw=None)
 @example(top={"features": []}, feature="action", fields={}, drop=[], raw=None)
@@ -362,6 +365,7 @@ def _changed(col: pa.ChunkedArray, change: str, rows: int) -> pa.Array | None:
 @SHARED
 @given(changes=st.dictionaries(COLUMNS, CHANGES, min_size=1, max_size=2),
        rows=st.sampled_from(["keep", "drop_last", "duplicate_first", "reverse"]))
+@pytest.mark.slow
 @example(changes={"frame_index": "negative"}, rows="keep")
 @example(changes={"episode_index": "huge"}, rows="keep")
 @example(changes={"observation.state": "nan"}, rows="keep")

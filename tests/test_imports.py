@@ -51,6 +51,7 @@ def test_every_module_imports(module: str) -> None:
     importlib.import_module(module)
 
 
+@pytest.mark.slow
 def test_core_imports_without_ros() -> None:
     proc = _import_without_ros(CORE_MODULES)
     assert proc.returncode == 0, f"core modules need ROS:\n{proc.stdout}{proc.stderr}"

@@ -127,6 +127,7 @@ def trained() -> tuple[DSRLLearner, dict[str, torch.Tensor], list[dict[str, floa
     return learner, before, log
 
 
+@pytest.mark.slow
 def test_base_policy_weights_stay_bit_identical(trained) -> None:
     learner, before, _ = trained
     after = learner.policy.state_dict()
@@ -166,6 +167,7 @@ def test_dsrl_steers_the_frozen_policy_toward_the_target(trained) -> None:
     assert log[-1]["q_noise_loss"] < log[0]["q_noise_loss"]
 
 
+@pytest.mark.slow
 def test_without_the_entropy_backup_q_stays_within_the_task_returns() -> None:
     """Zero reward forever: the true return is 0. Soft Q adds -alpha * log pi(w) of a wide noise space each
     decision and drifts away; the default (no entropy backup) stays near 0."""
@@ -180,6 +182,7 @@ def test_without_the_entropy_backup_q_stays_within_the_task_returns() -> None:
     assert q_after(backup=True) > 2.0  # 5.6 measured, and still rising
 
 
+@pytest.mark.slow
 def test_prior_weight_keeps_the_noise_near_the_prior() -> None:
     """The toy rewards noises at the low end of the prior; a prior weight trades some of that for noise the
     base saw in training (smaller RMS), without losing the direction."""

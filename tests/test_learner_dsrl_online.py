@@ -243,6 +243,7 @@ def test_config_is_checked() -> None:
 
 
 # ------------------------------------------------------------------------------------------ process runner
+@pytest.mark.slow
 def test_the_process_runner_drives_dsrl_on_pick_lift(tmp_path: Path) -> None:
     """``learner.algorithm: dsrl`` through run_online: noise actors are published, the actor swaps them in
     during its run, and the steered chunks differ from the base's."""

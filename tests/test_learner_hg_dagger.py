@@ -69,6 +69,7 @@ def make_policy(data: ChunkDataset) -> FlowPolicy:
     return FlowPolicy(cfg, data.spec)
 
 
+@pytest.mark.slow
 def test_hg_dagger_reduces_error_on_intervened_states(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     data = demos(30, seed=0)

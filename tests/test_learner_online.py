@@ -55,6 +55,7 @@ def test_grasp_risk_reads_the_state(env: gym.Env) -> None:
         task_risk("robot_rl/ArmPush-v0")
 
 
+@pytest.mark.slow
 def test_grasp_human_leaves_the_expert_alone_and_rescues_a_blind_policy(env: gym.Env) -> None:
     expert = expert_for(env)
     for seed in range(3):  # a supervisor who watches the state never interrupts a correct grasp

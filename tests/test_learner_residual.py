@@ -207,6 +207,7 @@ def test_a_short_residual_run_reduces_the_stand_in_hover_sag(tmp_path: Path) -> 
 
 
 
+@pytest.mark.slow
 def test_the_process_runner_drives_residual_rl(tmp_path: Path) -> None:
     """``robot-rl online run`` with ``learner.algorithm: residual``: the learner publishes residual versions,
     the actor swaps them in during its run, every streamed step carries the base's action."""
@@ -281,6 +282,7 @@ def test_a_restarted_residual_learner_resumes_its_buffers_networks_and_versions(
     assert again.publish() == 2  # the numbering continues
 
 
+@pytest.mark.slow
 def test_a_paced_learner_keeps_its_update_to_data_ratio(tmp_path: Path) -> None:
     """``learner.max_update_lag``: a learner that owes more updates stops taking steps, the actor waits on the
     full socket, and the run ends near the updates its ratio asks for, however slow this machine trains."""
@@ -290,8 +292,11 @@ def test_a_paced_learner_keeps_its_update_to_data_ratio(tmp_path: Path) -> None:
                       f"learner.max_update_lag={lag}", "learner.checkpoint_every_s=2")
     run_online(cfg, tmp_path / "run", progress=False, timeout=600)
     log = [json.loads(line) for line in (tmp_path / "run" / "learner_log.jsonl").read_text().splitlines()]
-    owed = utd * (log[-1]["steps"] - warmup)
-    print(f"updates {log[-1]['updates']} of {owed:.0f} owed at the end ({log[-1]['steps']} steps)")
-    # the steps still in the socket when the actor ends (~360 here) arrive after the last update; without the
-    # bound this machine's learner ends near 140 of 625
-    assert log[-1]["updates"] >= 0.6 * owed, (log[-1], owed)
+    owed = [utd * (row["steps"] - warmup) for row in log]
+    print(f"updates {log[-1]['updates']} of {owed[-1]:.0f} owed at the end ({log[-1]['steps']} steps)")
+    # The last row follows the final drain: the steps still in the socket when the actor ended (up to the
+    # socket's capacity, ~230 here, more under load) arrive after the last update. Before it, the learner takes
+    # steps only while it owes at most max_update_lag, whatever this machine's speed: without the bound it ends
+    # near 140 of 625 (a fifth), with it the row before the drain owes ~3 %.
+    assert log[-2]["steps"] >= 1000 and log[-2]["updates"] >= 0.8 * owed[-2], (log[-2], owed[-2])
+    assert log[-1]["updates"] >= log[-2]["updates"] and log[-1]["steps"] == 6 * 250

@@ -42,6 +42,7 @@ def tracking_error(agent: ResidualAgent, seeds: tuple[int, ...] = (0, 1, 2)) -> 
     return float(np.mean(errors))
 
 
+@pytest.mark.slow
 def test_a_short_residual_run_reduces_the_stand_in_tracking_error(tmp_path: Path) -> None:
     """The tracking expert sags and lags ~15 cm behind the figure-eight under the stand-in's hidden mass and
     motor changes; a small residual trained in-process (learner object + episode loop, fixed seeds) removes

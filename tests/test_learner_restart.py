@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from robot_rl.core.transition import SegmentSource, Transition
 from robot_rl.learners.buffers import ReplayBuffer, mixed_sample, route
@@ -50,6 +51,7 @@ def learner_process(folder: str, start: int) -> None:
             os.replace(root / "saved.tmp", root / "saved.json")
 
 
+@pytest.mark.slow
 def test_killed_learner_resumes_with_buffers_intact(tmp_path: Path) -> None:
     ctx = mp.get_context("spawn")
     proc = ctx.Process(target=learner_process, args=(str(tmp_path), 0))

@@ -172,6 +172,7 @@ def test_critic_warmup_keeps_the_actor_still_and_residual_critics_see_the_base(t
     assert not all(torch.equal(a, b) for a, b in zip(before, algo.sac.actor.parameters()))
 
 
+@pytest.mark.slow
 def test_rlpd_through_the_process_runner(demos: tuple, tmp_path: Path) -> None:
     path, _, _ = demos
     cfg = load_config(OnlineConfig, None, [

@@ -50,6 +50,7 @@ def _fit(policy: Policy, data: ChunkDataset, steps: int, rng: np.random.Generato
     return metrics
 
 
+@pytest.mark.slow
 def test_the_aux_head_learns_where_the_object_is_and_is_not_an_input(tmp_path: Path) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -139,6 +140,7 @@ def _two_squares(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
     return images, red, blue
 
 
+@pytest.mark.slow
 def test_the_vla_aux_head_finds_the_object_its_instruction_names() -> None:
     """Two objects in every image, the label is the named one's position: the head must read the text too."""
     from robot_rl.policies.vla import VLAConfig, VLAPolicy
@@ -171,6 +173,7 @@ def test_the_vla_aux_head_finds_the_object_its_instruction_names() -> None:
     assert max(errors.values()) < 0.15 < 0.3 < wrong, (errors, wrong)
 
 
+@pytest.mark.slow
 def test_with_aux_condition_the_action_network_acts_on_the_estimate_without_bending_it(tmp_path: Path) -> None:
     """aux_condition: the head's estimate joins the conditioning, detached; the action follows the estimate."""
     torch.manual_seed(0)

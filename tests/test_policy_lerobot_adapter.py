@@ -303,6 +303,7 @@ def test_interpreter_without_lerobot_is_named(tmp_path: Path, monkeypatch: pytes
         Policy.load(fake_checkpoint(tmp_path / "act", REACH))
 
 
+@pytest.mark.slow
 def test_a_silent_child_times_out_and_is_stopped(stand_in: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STAND_IN_MODE", "sleep")
     policy = LeRobotPolicy(stand_in, timeout_s=1.0)

@@ -117,6 +117,7 @@ def test_windows_from_a_store_pad_at_episode_boundaries(tmp_path: Path) -> None:
         ChunkDataset.from_store(tmp_path / "s.zarr", ["nope"], [], 2, 4)
 
 
+@pytest.mark.slow
 def test_image_policy_trains_on_store_windows(tmp_path: Path) -> None:
     with EpisodeStore.create(tmp_path / "s.zarr", DatasetInfo(robot="panda")) as store:
         for ep in range(2):

@@ -48,6 +48,7 @@ def test_vla_needs_a_camera() -> None:
         VLAPolicy(VLAConfig(horizon=8), PolicySpec({"s": 2}, {}, 1))
 
 
+@pytest.mark.slow
 def test_vla_follows_the_language_instruction(tmp_path: Path) -> None:
     torch.manual_seed(0)
     ds = two_task_dataset()

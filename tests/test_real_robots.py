@@ -26,6 +26,7 @@ def test_each_test_robot_differs_from_the_shipped_stand_in_where_the_issue_asks(
         assert tuple(mine[field]) != tuple(getattr(shipped, field)), field
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REAL_ROBOTS))
 def test_the_env_is_that_robot_and_the_scripted_expert_does_the_task_there(name: str) -> None:
     nominal, env = gym.make(NOMINAL_ENV), gym.make(NOMINAL_ENV, **env_options(name))

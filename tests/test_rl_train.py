@@ -158,6 +158,7 @@ def test_critic_warm_up_leaves_the_actor_alone() -> None:
     assert not all(torch.equal(a, b) for a, b in zip(actor0, agent.actor.parameters()))
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trips_through_robot_rl_eval(tmp_path: Path) -> None:
     run = tmp_path / "run"
     result = train_rl(hover("total_steps=20000", "eval_every_steps=10000", "num_envs=64", "eval_episodes=4",
@@ -228,6 +229,7 @@ def test_non_finite_rewards_stop_training_with_a_clear_error(tmp_path: Path) -> 
         train_rl(cfg, tmp_path / "run", progress=False)
 
 
+@pytest.mark.slow
 def test_cli_reports_bad_configs_and_existing_runs(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "robot_rl.cli.main", "rl", "train", str(HOVER), "--out",
                           str(tmp_path / "x"), "--set", "env_id=robot_rl/Nope-v0", "--no-progress"],

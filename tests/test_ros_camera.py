@@ -59,6 +59,7 @@ launch:
     return path
 
 
+@pytest.mark.slow
 def test_camera_node_streams_raw_compressed_and_info(tmp_path: Path) -> None:
     video = _video(tmp_path / "clip.avi")
     (tmp_path / "ost.yaml").write_text(ros_calibration_text())  # made at 640x480, published at 160x120

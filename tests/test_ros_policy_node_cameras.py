@@ -40,6 +40,7 @@ def _pixel_policy(path: Path) -> Path:
     return policy.save(path)
 
 
+@pytest.mark.slow
 def test_policy_node_acts_on_compressed_frames_of_another_size(tmp_path: Path) -> None:
     ckpt = _pixel_policy(tmp_path / "policy")
     path = write_node_launch_file(tmp_path / "policy.launch.yaml", "policy_node",

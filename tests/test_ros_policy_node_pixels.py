@@ -96,6 +96,7 @@ def test_pixel_policy_with_aux_head_round_trips(tmp_path: Path) -> None:
     assert before.shape == (16, 7) and np.all(np.isfinite(before))
 
 
+@pytest.mark.slow
 def test_policy_node_runs_pixel_policy_from_two_image_streams(tmp_path: Path) -> None:
     ckpt = _pixel_policy().save(tmp_path / "policy")
     policy = Policy.load(ckpt)

@@ -42,6 +42,7 @@ launch:
     return path
 
 
+@pytest.mark.slow
 def test_estop_reset_and_stale_topic(tmp_path: Path) -> None:
     path = safety_launch_file(tmp_path, diagnostics_hz=5.0)
     estop: list[bool] = []
@@ -103,6 +104,7 @@ def test_estop_reset_and_stale_topic(tmp_path: Path) -> None:
             rclpy.shutdown()
 
 
+@pytest.mark.slow
 def test_a_topic_that_stalls_at_bring_up_does_not_latch_the_estop(tmp_path: Path) -> None:
     """A driver that stalls in its first seconds (a loaded machine starting a graph) holds, not e-stops;
     once it has been alive for arm_after_s, the same stall latches the e-stop."""

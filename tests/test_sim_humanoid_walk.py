@@ -47,6 +47,7 @@ def test_walks_at_commanded_velocities_50_seeds() -> None:
     assert falls <= 1, falls
 
 
+@pytest.mark.slow
 def test_goes_where_commanded_and_balance_alone_does_not() -> None:
     env = gym.make("robot_rl/HumanoidWalk-v0").unwrapped
     assert isinstance(env, HumanoidWalkEnv)

@@ -61,6 +61,7 @@ def test_warp_flies_the_same_as_mujoco_batch(device: str) -> None:
         np.testing.assert_array_equal(g["done"], r["done"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_warp_expert_hovers_and_autoresets(device: str) -> None:
     n = 4
@@ -78,6 +79,7 @@ def test_warp_expert_hovers_and_autoresets(device: str) -> None:
     assert np.abs(obs["angvel"]).max() > 0.01  # the fresh episodes fly again
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_warp_humanoid_follows_the_cpu_envs_through_contacts_and_a_push(device: str) -> None:
     """G1 HumanoidStand, random joint targets for 1.3 s (feet on the floor, the first push at 1-2 s): the

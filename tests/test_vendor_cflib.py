@@ -204,6 +204,7 @@ def _assert_landed_and_off(emu: Emulator) -> None:
     assert emu.vehicle.state != "locked", emu.vehicle.lock_reason
 
 
+@pytest.mark.slow
 def test_motion_commander_takes_off_holds_moves_forward_and_lands(emulator: Emulator, tmp_path: Any) -> None:
     from cflib.positioning.motion_commander import MotionCommander
 
@@ -242,6 +243,7 @@ def test_motion_commander_takes_off_holds_moves_forward_and_lands(emulator: Emul
     assert abs(truth[2] - 0.5) < 0.05 and abs(turned.mean() - 90.0) < 5.0
 
 
+@pytest.mark.slow
 def test_position_hl_commander_goes_to_a_point(emulator: Emulator, tmp_path: Any) -> None:
     from cflib.positioning.position_hl_commander import PositionHlCommander
 
@@ -295,6 +297,7 @@ def _upload_trajectory(cf: Any, trajectory_id: int, z: float, yaw: float) -> flo
     return total_duration
 
 
+@pytest.mark.slow
 def test_high_level_commander_sequence_with_an_uploaded_trajectory(emulator: Emulator, tmp_path: Any) -> None:
     """autonomous_sequence_high_level.py: upload, reset_estimator, arm, take off, (go_to), trajectory, land."""
     from cflib.utils.reset_estimator import reset_estimator
@@ -445,6 +448,7 @@ def test_parameters_are_listed_read_written_and_read_back(emulator: Emulator, tm
         cf.close_link()
 
 
+@pytest.mark.slow
 def test_supervisor_states_disarming_and_the_emergency_stop(emulator: Emulator, tmp_path: Any) -> None:
     from cflib.crazyflie.log import LogConfig
 

@@ -6,6 +6,7 @@ in order: health and armability, version, parameters, arming in Hold, takeoff to
 checked against the emulator's true state, goto_location, offboard position control, land with auto-disarm,
 Return. A second emulator answers pymavlink as a ground station would talk to it: parameters by index,
 HEARTBEAT base_mode flags per mode. The geometry, flag table and bind option are checked without a network.
+The flights are all ``slow``: the fast tier never runs half of the sequence.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def drone() -> Iterator[Drone]:
         emulator.close()
 
 
+@pytest.mark.slow
 def test_connect_health_armable_and_version(drone: Drone) -> None:
     t = drone.telemetry
 
@@ -151,6 +153,7 @@ def test_connect_health_armable_and_version(drone: Drone) -> None:
     assert drone.run(t.flight_mode()) == FlightMode.HOLD and drone.run(t.armed()) is False
 
 
+@pytest.mark.slow
 def test_params_by_name(drone: Drone) -> None:
     p = drone.param
     assert drone.run(p.get_param_float("MIS_TAKEOFF_ALT")) == pytest.approx(1.0)
@@ -162,6 +165,7 @@ def test_params_by_name(drone: Drone) -> None:
     assert refused.value.result == ParamResult.TIMEOUT
 
 
+@pytest.mark.slow
 def test_arm_in_hold_idles_on_the_ground_then_preflight_disarm(drone: Drone) -> None:
     drone.run(drone.param.set_param_float("COM_DISARM_PRFLT", 1.5))
     try:
@@ -191,6 +195,7 @@ def _mode_is(drone: Drone, mode: FlightMode) -> Callable[[], Awaitable[bool]]:
     return check
 
 
+@pytest.mark.slow
 def test_takeoff_reaches_mis_takeoff_alt(drone: Drone) -> None:
     drone.run(drone.action.arm())
     drone.run(drone.action.takeoff())
@@ -208,6 +213,7 @@ async def _true(value: bool) -> bool:
     return value
 
 
+@pytest.mark.slow
 def test_telemetry_matches_the_emulator(drone: Drone) -> None:
     t, emu = drone.telemetry, drone.emulator
     ned = drone.local()
@@ -230,6 +236,7 @@ def test_telemetry_matches_the_emulator(drone: Drone) -> None:
     assert drone.run(t.flight_mode()) == FlightMode.HOLD and drone.run(t.in_air()) is True
 
 
+@pytest.mark.slow
 def test_goto_location(drone: Drone) -> None:
     emu = drone.emulator
     target_ned = np.array([1.0, -0.5, -1.0])
@@ -246,6 +253,7 @@ def test_goto_location(drone: Drone) -> None:
     assert drone.run(drone.telemetry.flight_mode()) == FlightMode.HOLD
 
 
+@pytest.mark.slow
 def test_land_and_auto_disarm(drone: Drone) -> None:
     drone.run(drone.action.land())
     assert drone.emulator.mode == codec.LAND
@@ -256,6 +264,7 @@ def test_land_and_auto_disarm(drone: Drone) -> None:
     assert -drone.local()[2] < 0.03 and "Disarmed: auto disarm on land" in drone.emulator.events
 
 
+@pytest.mark.slow
 def test_disarmed_vehicle_refuses_to_fly(drone: Drone) -> None:
     """Fail-safe: Takeoff, Return and goto need an armed (and, for the last two, flying) vehicle."""
     assert not drone.emulator.armed
@@ -265,6 +274,7 @@ def test_disarmed_vehicle_refuses_to_fly(drone: Drone) -> None:
     assert drone.emulator.mode == codec.HOLD and not drone.emulator.armed
 
 
+@pytest.mark.slow
 def test_offboard_position_ned_from_the_ground(drone: Drone) -> None:
     """MAVSDK's offboard_position_ned example: arm in Hold, an initial setpoint, start, fly, stop."""
     off = drone.offboard
@@ -297,6 +307,7 @@ def test_offboard_position_ned_from_the_ground(drone: Drone) -> None:
     assert drone.emulator.mode == codec.HOLD and drone.emulator.armed
 
 
+@pytest.mark.slow
 def test_return_to_launch(drone: Drone) -> None:
     emu = drone.emulator
     home = emu.local_ned(emu.auto.home)  # set where the last arming happened

@@ -222,6 +222,7 @@ def test_our_type_information_is_byte_for_byte_the_sdks() -> None:
         assert info in binary and mapping in binary, kind.__name__
 
 
+@pytest.mark.slow
 def test_sdk_controller_drives_the_emulator_then_it_damps(link: tuple[str, str, str | None],
                                                           tmp_path: Path) -> None:
     ours, theirs, ns = link
@@ -255,6 +256,7 @@ def test_sdk_controller_drives_the_emulator_then_it_damps(link: tuple[str, str, 
     assert timeouts == 1, log[-2000:]  # commands stopped: damped, and bad CRCs did not revive the command
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("state_crc_ok", [True, False], ids=["good-state", "bad-crc-state"])
 def test_bridge_commands_a_cyclone_010_robot(link: tuple[str, str, str | None], tmp_path: Path,
                                              state_crc_ok: bool) -> None:
