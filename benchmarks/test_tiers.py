@@ -29,6 +29,7 @@ RCFILE = """\
 source = robot_rl
 parallel = True
 patch = subprocess
+sigterm = true
 concurrency = thread, multiprocessing
 data_file = {data}
 """
@@ -46,6 +47,9 @@ def pytest(args: list[str], env: dict[str, str] | None = None, coverage_rc: Path
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     summary = lines[-1] if lines else done.stderr[-500:]
     print(f"  {wall:.0f} s: {summary}", flush=True)
+    for line in lines:
+        if line.startswith(("FAILED", "ERROR")):
+            print("  " + line, flush=True)
     return wall, summary
 
 
@@ -54,11 +58,15 @@ def exercised(report: dict) -> dict[str, dict]:
     out = {}
     for path, data in sorted(report["files"].items()):
         functions = {name: f for name, f in data.get("functions", {}).items() if name}  # "" is module level
-        ran_body = any(f["executed_lines"] for f in functions.values())
-        out[path] = {"statements": data["summary"]["num_statements"],
-                     "covered_percent": round(data["summary"]["percent_covered"], 1),
-                     "functions": len(functions),
-                     "exercised": ran_body if functions else data["summary"]["covered_lines"] > 0}
+        stats = data["summary"]
+        if not stats["num_statements"]:
+            ran = True  # a package marker with a docstring: nothing to run
+        elif functions:
+            ran = any(f["executed_lines"] for f in functions.values())
+        else:
+            ran = stats["covered_lines"] > 0
+        out[path] = {"statements": stats["num_statements"], "covered_percent": round(stats["percent_covered"], 1),
+                     "functions": len(functions), "exercised": ran}
     return out
 
 

@@ -30,12 +30,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """``extended`` tests are ``slow`` too (``-m "not slow"`` is the fast tier). Under pytest-xdist
     (``--dist loadgroup``) a module's tests stay together on one worker, in file order, so module fixtures are
     built once and tests that continue a module's story (one vehicle, one graph) see it whole; ``ray`` tests
-    share one group: one Ray cluster at a time (each takes the dashboard's fixed port)."""
+    share one group: one Ray cluster at a time (each takes the dashboard's fixed port), and so do ``robot_dds``
+    tests (a robot's DDS domain is fixed: two modules at once would hear each other's LowState)."""
     for item in items:
         if item.get_closest_marker("extended"):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("xdist_group") is None:
-            group = "ray" if item.get_closest_marker("ray") else item.nodeid.split("::")[0]
+            shared = [name for name in ("ray", "robot_dds") if item.get_closest_marker(name)]
+            group = shared[0] if shared else item.nodeid.split("::")[0]
             item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -11,6 +11,8 @@ import yaml
 
 from robot_rl.cli.main import main
 
+pytestmark = pytest.mark.timeout(1800)  # a few minutes per test alone; under pytest-xdist they share the cores
+
 REAL_ROBOT = {  # heavier, weaker, slower motors, a delay, two mismatched rotors, command noise
     "mass_scale": [1.12, 1.12], "actuator_gain_scale": [0.94, 0.94], "motor_time_constant_s": [0.03, 0.03],
     "latency_s": [0.004, 0.004], "actuator_gains": [1.02, 0.98, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],

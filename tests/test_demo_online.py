@@ -24,6 +24,7 @@ MARGIN = 0.15
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~5 min alone; under pytest-xdist it shares the cores
 def test_reduced_demo_improves_success_and_interventions_fade(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["demo", "--out", str(tmp_path), "--episodes", "20", "--bc-steps", "1000",

@@ -25,6 +25,8 @@ from robot_rl.hardware.unitree_bridge import BridgeMode, UnitreeBridge, UnitreeB
 from robot_rl.hardware.unitree_emulator import EmulatorConfig, G1Emulator
 from robot_rl.robots import g1
 
+pytestmark = pytest.mark.robot_dds  # the Unitree bridge and emulator speak DDS on domain 0
+
 DT = 0.002
 FREE_JOINTS = [3, 9, 15, 18, 22, 25]
 

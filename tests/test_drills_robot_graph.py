@@ -29,7 +29,7 @@ from robot_rl.ros.isolation import claim_domain_id  # noqa: E402
 from robot_rl.ros.launch_processes import launch  # noqa: E402
 from robot_rl.ros.launch_yaml import LaunchDescription, load_launch_file  # noqa: E402
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.robot_dds]
 FREE_JOINTS = [3, 9, 15, 18, 22, 25]
 IDLE_KD = 2.0
 """The emulator's damping gain once commands stop (EmulatorConfig.idle_kd)."""

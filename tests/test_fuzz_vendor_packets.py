@@ -35,6 +35,8 @@ from robot_rl.hardware.unitree_bridge import UnitreeBridge, UnitreeBridgeConfig
 from robot_rl.hardware.unitree_emulator import EmulatorConfig as G1Config
 from robot_rl.hardware.unitree_emulator import G1Emulator
 
+pytestmark = pytest.mark.robot_dds  # the Unitree bridge and emulator speak DDS on domain 0
+
 CASES = 200
 """Generated inputs per entry point (each runs in well under 10 ms)."""
 PER_INPUT_S = 0.5

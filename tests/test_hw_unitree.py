@@ -256,6 +256,8 @@ from robot_rl.ros.isolation import claim_domain_id  # noqa: E402
 from robot_rl.ros.launch_processes import LaunchedGraph, launch  # noqa: E402
 from robot_rl.ros.launch_yaml import load_launch_file  # noqa: E402
 
+pytestmark = pytest.mark.robot_dds  # the Unitree bridge and emulator speak DDS on domain 0
+
 HUMANOID_KEYS = ["joint_pos", "joint_vel", "base_quat", "base_angvel", "base_linvel", "projected_gravity",
                  "base_height"]
 TIMEOUT = 0.2

@@ -282,7 +282,6 @@ def test_a_restarted_residual_learner_resumes_its_buffers_networks_and_versions(
     assert again.publish() == 2  # the numbering continues
 
 
-@pytest.mark.slow
 def test_a_paced_learner_keeps_its_update_to_data_ratio(tmp_path: Path) -> None:
     """``learner.max_update_lag``: a learner that owes more updates stops taking steps, the actor waits on the
     full socket, and the run ends near the updates its ratio asks for, however slow this machine trains."""

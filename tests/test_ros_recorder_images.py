@@ -24,7 +24,6 @@ from robot_rl.ros.qos import EVENTS  # noqa: E402
 pytestmark = pytest.mark.ros
 
 
-@pytest.mark.slow
 def test_compressed_frames_are_resized_and_corrupt_ones_refused(tmp_path: Path) -> None:
     dataset = tmp_path / "cam.zarr"
     path = tmp_path / "rec.launch.yaml"

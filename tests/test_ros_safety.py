@@ -42,7 +42,6 @@ launch:
     return path
 
 
-@pytest.mark.slow
 def test_estop_reset_and_stale_topic(tmp_path: Path) -> None:
     path = safety_launch_file(tmp_path, diagnostics_hz=5.0)
     estop: list[bool] = []
