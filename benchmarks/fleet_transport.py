@@ -1,16 +1,18 @@
 """Fleet transport, side by side in one run: ingest at the learner, weight push, actor scaling.
 
-    .venv/bin/python benchmarks/fleet_transport.py [--seconds 4] [--skip-ray]
+    .venv/bin/python benchmarks/fleet_transport.py [--seconds 4] [--skip-ray] [--weights-only --push-actors 1,4]
 
 1. Ingest: sender processes stream pre-built transition batches (state-only, or with a 64x64 RGB camera in
    the observation and the next observation) to a receiver that decodes them, as the learner does. Three
    transports: this machine's socket (robot_rl.fleet.transport), TCP with the exactly-once outbox (every
    batch fsynced on the actor before it is sent; robot_rl.fleet.tcp_transport), and Ray actor calls
    (a sink actor's method takes the safetensors bytes; what using Ray itself for transitions would give).
-2. Weight push: a 10 M-parameter policy (40 MB of float32 safetensors) published once, to 4 actors: over TCP
-   (each actor's reader checks SHA-256 and writes ``v<N>/`` into its weights folder, kept in /dev/shm) and
-   through Ray's object store (one ``ray.put``, 4 ``ray.get``, checked and written the same way); time from
-   publish (packing included) until the last actor holds it.
+2. Weight push: a 10 M-parameter policy (40 MB of float32 safetensors) published to 1 and to 4 actor processes
+   over TCP, the path before issue 40 (benchmarks/_weight_push_legacy.py) and today's alternating push by push
+   (``--weights-only``), best of N and the median of each stage (pack, first header, receive, check + write);
+   each actor checks the SHA-256s and writes ``v<N>/`` into its weights folder (kept in /dev/shm). With Ray:
+   one ``ray.put``, 4 ``ray.get``, checked and written the same way. Time from publish (packing included)
+   until the last actor holds it.
 3. Scaling: QuadHover env steps/s of 1, 2 and 4 simulated actor processes, each with the hover expert,
    streaming to one TCP learner endpoint; ratio to linear (1 actor x N).
 """
@@ -30,13 +32,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _weight_push_legacy import pack_weights as legacy_pack_weights
+
 from robot_rl.core.transition import Transition
 from robot_rl.core.transition_columns import decode_transitions, encode_transitions
 from robot_rl.fleet.delivery import Outbox
 from robot_rl.fleet.tcp_actor import TcpActorClient
 from robot_rl.fleet.tcp_transport import TcpTransitionServer
 from robot_rl.fleet.transport import SocketTransitionClient, SocketTransitionServer
-from robot_rl.fleet.wire import pack_weights
+from robot_rl.fleet.wire import map_weights, pack_weights
 
 KEY = b"b" * 32
 
@@ -157,43 +161,105 @@ def _weights_folder(root: Path, params: int) -> Path:
     return folder
 
 
-def _tcp_weights_actor(port: int, folder: str, name: str, ready: Any, done: Any) -> None:
+class _TimedActorClient(TcpActorClient):
+    """Today's actor; ``report`` gets (version, header arrived, header arrived, installed) of each weights frame."""
+
+    report: Any = None
+
+    def _take_weights(self, sock: Any, header: dict[str, Any], size: int) -> None:
+        started = time.time()
+        super()._take_weights(sock, header, size)
+        if self.report is not None and self.received_versions:
+            self.report((self.received_versions[-1][0], started, started, self.received_versions[-1][1]))
+
+
+def _tcp_weights_actor(port: int, folder: str, name: str, legacy: bool, ready: Any, done: Any) -> None:
+    """An actor process that reports when each weights version is checked and in its (RAM) weights folder."""
+    from _weight_push_legacy import LegacyActorClient
+
     from robot_rl.fleet.remote_run import weights_in_memory
 
     weights_in_memory(Path(folder))  # as run_remote_actor does
-    client = TcpActorClient(("127.0.0.1", port), KEY, name, Outbox(os.path.join(folder, "outbox")),
-                            weights_dir=os.path.join(folder, "weights"))
+    cls = LegacyActorClient if legacy else _TimedActorClient
+    client = cls(("127.0.0.1", port), KEY, name, Outbox(os.path.join(folder, "outbox")),
+                 weights_dir=os.path.join(folder, "weights"))
+    client.report = done.put  # from the reader thread: nothing polls
     client.connect()
     ready.put(name)
-    while not client.received_versions:
-        time.sleep(0.001)
-    done.put(client.received_versions[0][1])
+    while client.connected:
+        time.sleep(0.2)
 
 
-def push_tcp(folder: Path, actors: int) -> float:
-    ctx = mp.get_context("spawn")
-    ready, done = ctx.Queue(), ctx.Queue()
-    server = TcpTransitionServer(KEY, host="127.0.0.1")
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=_tcp_weights_actor, args=(server.address[1], os.path.join(tmp, f"a{i}"), f"a{i}",
-                                                               ready, done)) for i in range(actors)]
-        for p in procs:
-            p.start()
-        for _ in procs:
-            ready.get(timeout=60)
-        while server.num_actors < actors:
+class PushGroup:
+    """``actors`` actor processes on one TCP learner endpoint, old (``legacy``) or today's weights path."""
+
+    def __init__(self, actors: int, legacy: bool, tmp: str) -> None:
+        ctx = mp.get_context("spawn")
+        self.ready, self.done, self.legacy = ctx.Queue(), ctx.Queue(), legacy
+        self.server = TcpTransitionServer(KEY, host="127.0.0.1")
+        self.procs = [ctx.Process(target=_tcp_weights_actor, daemon=True, args=(
+            self.server.address[1], os.path.join(tmp, f"{'old' if legacy else 'new'}{i}"), f"a{i}", legacy,
+            self.ready, self.done)) for i in range(actors)]
+        for proc in self.procs:
+            proc.start()
+
+    def wait_ready(self) -> None:
+        for _ in self.procs:
+            self.ready.get(timeout=120)
+        while self.server.num_actors < len(self.procs):
             time.sleep(0.01)
+
+    def push(self, folder: Path, version: int) -> dict[str, float]:
+        """One publish: seconds from its start to each stage (pack done, first header, last actor holds it)."""
+        pack = legacy_pack_weights if self.legacy else map_weights
         t0 = time.time()
-        header, payload = pack_weights(folder, 1)
-        server.broadcast(1, header, payload)
-        last = max(done.get(timeout=60) for _ in procs)
-        for p in procs:
-            p.join()
-    server.close()
-    return last - t0
+        header, payload = pack(folder, version)
+        packed = time.time()
+        self.server.broadcast(version, header, payload)
+        got = [self.done.get(timeout=60) for _ in self.procs]
+        assert all(g[0] == version for g in got), got
+        return {"pack": packed - t0, "first header": min(g[1] for g in got) - packed,
+                "receive": max(g[2] - g[1] for g in got), "check + write": max(g[3] - g[2] for g in got),
+                "total": max(g[3] for g in got) - t0}
+
+    def close(self) -> None:
+        self.server.close()
+        for proc in self.procs:
+            proc.join(timeout=10)
 
 
-def push_ray(folder: Path, actors: int) -> float:
+def push_side_by_side(folder: Path, actors: int, repeats: int) -> dict[str, list[dict[str, float]]]:
+    """Old and today's weight push to ``actors`` actor processes each, alternating push by push (same load)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        groups = {"old": PushGroup(actors, True, tmp), "new": PushGroup(actors, False, tmp)}
+        for group in groups.values():
+            group.wait_ready()
+        times: dict[str, list[dict[str, float]]] = {name: [] for name in groups}
+        for version in range(1, repeats + 2):  # the first push of each warms up (page cache, /dev/shm, sockets)
+            for name, group in groups.items():
+                result = group.push(folder, version)
+                if version > 1:
+                    times[name].append(result)
+        for group in groups.values():
+            group.close()
+    return times
+
+
+def print_side_by_side(times: dict[str, list[dict[str, float]]], actors: int) -> None:
+    """Best of N (and every push), then the median of each stage."""
+    print(f"   {actors} actor{'s' if actors > 1 else ''}, publish -> the last holds the checked version:")
+    for name, label in (("old", "before (read+hash+join, recv to bytes, hash, write)"),
+                        ("new", "after (mmap + hash, recv_into + hash + write per chunk)")):
+        totals = [1000 * t["total"] for t in times[name]]
+        stages = ", ".join(f"{stage} {1000 * float(np.median([t[stage] for t in times[name]])):.0f}"
+                           for stage in ("pack", "first header", "receive", "check + write"))
+        print(f"     {label:<66} {min(totals):5.0f} ms best of {len(totals)} "
+              f"({', '.join(f'{t:.0f}' for t in totals)}); median stages ms: {stages}", flush=True)
+    ratio = float(np.median([t["total"] for t in times["new"]]) / np.median([t["total"] for t in times["old"]]))
+    print(f"     after / before (medians): {ratio:.2f}", flush=True)
+
+
+def push_ray(folder: Path, actors: int, pack: Any = pack_weights) -> float:
     import ray
 
     from robot_rl.fleet.wire import unpack_weights
@@ -212,7 +278,7 @@ def push_ray(folder: Path, actors: int) -> float:
         holders = [Holder.remote(os.path.join(tmp, f"a{i}")) for i in range(actors)]
         ray.get([h.__ray_ready__.remote() for h in holders])
         t0 = time.time()
-        ref = ray.put(pack_weights(folder, 1))  # checked and written to RAM as TCP actors do
+        ref = ray.put(pack(folder, 1))  # checked and written to RAM as TCP actors do
         last = max(ray.get([h.take.remote([ref]) for h in holders]))
     return last - t0
 
@@ -270,9 +336,13 @@ def main() -> None:
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--senders", type=int, default=2, help="sender processes in the ingest test")
     parser.add_argument("--actors", default="2,4", help="actor counts of the scaling test (besides 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="weight pushes timed per transport")
+    parser.add_argument("--repeats", type=int, default=5, help="weight pushes timed per path (after one warm-up)")
     parser.add_argument("--parts", default="ingest,push,scaling", help="which of the three measurements to run")
+    parser.add_argument("--push-actors", default="4", help="actor counts of the weight push (e.g. 1,4)")
+    parser.add_argument("--weights-only", action="store_true", help="only the weight push (= --parts push)")
     args = parser.parse_args()
+    if args.weights_only:
+        args.parts = "push"
     print(f"machine: {os.cpu_count()} cores")
     use_ray = not args.skip_ray
     if use_ray:
@@ -280,8 +350,9 @@ def main() -> None:
 
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     parts = args.parts.split(",")
-    print(f"\n1. ingest at the learner (transitions/s decoded), {args.senders} sender processes")
-    print(f"{'payload':<34} {'socket':>10} {'TCP+outbox':>11} {'Ray calls':>10}")
+    if "ingest" in parts:
+        print(f"\n1. ingest at the learner (transitions/s decoded), {args.senders} sender processes")
+        print(f"{'payload':<34} {'socket':>10} {'TCP+outbox':>11} {'Ray calls':>10}")
     payloads = [("state-only, batches of 64", 64, False), ("state-only, batches of 5", 5, False),
                 ("64x64 camera, batches of 16", 16, True)]
     for label, n, camera in payloads if "ingest" in parts else []:
@@ -290,19 +361,18 @@ def main() -> None:
         ray_rate = ingest_ray(args.senders, n, camera, args.seconds) if use_ray else float("nan")
         print(f"{label:<34} {sock:>10.0f} {tcp:>11.0f} {ray_rate:>10.0f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        if "push" not in parts:
-            args.repeats = 0
         folder = _weights_folder(Path(tmp), 10_000_000)
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
-        print(f"\n2. weight push, 10 M parameters ({size:.0f} MB), publish -> last of 4 actors holds it")
-        tcp = [push_tcp(folder, 4) for _ in range(args.repeats)]
-        if tcp:
-            print(f"   TCP (SHA-256 checked, written):        {1000 * min(tcp):.0f} ms (best of {args.repeats}; "
-                  f"{', '.join(f'{1000 * t:.0f}' for t in tcp)})", flush=True)
-        if use_ray and tcp:
-            rr = [push_ray(folder, 4) for _ in range(args.repeats)]
-            print(f"   Ray object store (checked, written):   {1000 * min(rr):.0f} ms (best of {args.repeats}; "
-                  f"{', '.join(f'{1000 * t:.0f}' for t in rr)})", flush=True)
+        if "push" in parts:
+            print(f"\n2. weight push, 10 M parameters ({size:.0f} MB), TCP, old path and today's side by side "
+                  f"(pushes alternate; load average now {os.getloadavg()[0]:.2f})")
+            for n in [int(a) for a in args.push_actors.split(",")]:
+                print_side_by_side(push_side_by_side(folder, n, args.repeats), n)
+        if use_ray and "push" in parts:
+            for label, pack in (("before", legacy_pack_weights), ("after", pack_weights)):
+                rr = [push_ray(folder, 4, pack) for _ in range(args.repeats)]
+                print(f"   Ray object store, 4 actors, {label}: {1000 * min(rr):.0f} ms (best of {args.repeats}; "
+                      f"{', '.join(f'{1000 * t:.0f}' for t in rr)})", flush=True)
     if use_ray:
         import ray
 

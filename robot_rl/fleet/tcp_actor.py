@@ -23,7 +23,17 @@ from robot_rl.core.transition import Transition
 from robot_rl.fleet.delivery import Outbox
 from robot_rl.fleet.reconnect import Reconnect
 from robot_rl.fleet.security import check_transport
-from robot_rl.fleet.wire import AuthError, FrameError, client_handshake, recv_frame, send_frame, unpack_weights
+from robot_rl.fleet.wire import (
+    AuthError,
+    FrameError,
+    WeightsRefused,
+    client_handshake,
+    discard_payload,
+    receive_weights,
+    recv_frame,
+    recv_header,
+    send_frame,
+)
 
 log = logging.getLogger(__name__)
 MAX_WEIGHTS_BYTES = 4 * 1024 * 1024 * 1024
@@ -115,29 +125,40 @@ class TcpActorClient:
         return header
 
     def _read(self, sock: socket.socket) -> None:
-        """Acknowledgements and weights from the learner, until the connection ends."""
+        """Acknowledgements and weights from the learner, until the connection ends.
+
+        Weights stream from the socket into the weights folder (hashed and written chunk by chunk, never held
+        whole in memory); payloads of other frames are not used and are read past.
+        """
         while True:
             try:
-                header, payload = recv_frame(sock, max_payload=MAX_WEIGHTS_BYTES)
+                header, size = recv_header(sock, max_payload=MAX_WEIGHTS_BYTES)
+                if header.get("type") == "weights" and self.weights_dir is not None:
+                    self._take_weights(sock, header, size)
+                    continue
+                discard_payload(sock, size)
             except (FrameError, OSError):
                 break
             if header.get("type") == "ack" and isinstance(header.get("seq"), int):
                 with self._lock:
                     self.outbox.ack(header["seq"])
                     self._acked.notify_all()
-            elif header.get("type") == "weights" and self.weights_dir is not None:
-                try:
-                    unpack_weights(header, payload, self.weights_dir)
-                    self.received_versions.append((int(header["version"]), time.time()))
-                except (FrameError, OSError) as exc:
-                    self.refused_weights.append(str(exc))
-                    log.warning("refused weights from the learner: %s", exc)
         with self._lock:
             if self._sock is sock:
                 self._sock = None
             self._acked.notify_all()
         with contextlib.suppress(OSError):
             sock.close()
+
+    def _take_weights(self, sock: socket.socket, header: dict[str, Any], size: int) -> None:
+        """Receive a weights frame into ``weights_dir``; one refused is logged (the connection goes on)."""
+        assert self.weights_dir is not None
+        try:
+            receive_weights(sock, header, size, self.weights_dir)
+            self.received_versions.append((int(header["version"]), time.time()))
+        except WeightsRefused as exc:
+            self.refused_weights.append(str(exc))
+            log.warning("refused weights from the learner: %s", exc)
 
     def _resolve_and_connect(self) -> None:
         if self.resolve is not None:

@@ -12,10 +12,12 @@ and logged with the peer's address, and a peer whose handshakes keep failing is 
 while (:class:`~robot_rl.fleet.security.RefusalLimiter`). Plaintext on a non-loopback address is refused on
 both ends unless explicitly allowed (:func:`~robot_rl.fleet.security.check_transport`).
 
-Weights go the other way on the same connection: the learner packs each published version once
-(:func:`~robot_rl.fleet.wire.pack_weights`) and every actor's writer thread sends the newest one it has
-not sent yet (a slow link skips versions instead of queueing them); the actor checks sizes and hashes and
-writes ``v<N>/`` into its own weights folder, where the usual follower swaps it in between chunks.
+Weights go the other way on the same connection: the learner maps and hashes each published version once
+(:class:`~robot_rl.fleet.wire.WeightsPacker`) and every actor's writer thread sends the newest one it has
+not sent yet from those same mappings (a slow link skips versions instead of queueing them); the actor
+hashes and writes the payload chunk by chunk as it arrives and renames the checked ``v<N>/`` into its own
+weights folder (:func:`~robot_rl.fleet.wire.receive_weights`), where the usual follower swaps it in between
+chunks.
 
 The actor's end is :class:`robot_rl.fleet.tcp_actor.TcpActorClient`. The learner's end has the interface of
 the one-machine socket (:class:`~robot_rl.fleet.transport.TransitionReceiver`), plus per-actor bookkeeping
@@ -44,6 +46,7 @@ from robot_rl.fleet.wire import (
     HANDSHAKE_TIMEOUT_S,
     AuthError,
     FrameError,
+    Payload,
     recv_frame,
     send_frame,
     server_handshake,
@@ -76,7 +79,7 @@ class ActorLink:
     last_seen: float = field(default_factory=time.time)
     joined: float = field(default_factory=time.time)
     ack: int | None = None
-    weights: tuple[int, dict[str, Any], bytes] | None = None
+    weights: tuple[int, dict[str, Any], Payload] | None = None
     sent_version: int = 0
     alive: bool = True
     wake: threading.Condition = field(default_factory=threading.Condition)
@@ -113,7 +116,7 @@ class TcpTransitionServer:
         """Why connections were refused or dropped (wrong secret, malformed batch...), with the peer."""
         self.flush_requested = False
         """An actor that is finishing asked for a checkpoint (the learner checkpoints soon and acknowledges)."""
-        self._weights: tuple[int, dict[str, Any], bytes] | None = None
+        self._weights: tuple[int, dict[str, Any], Payload] | None = None
         self._frames: queue.Queue[tuple[ActorLink, dict[str, Any] | None, bytes | BaseException]] = \
             queue.Queue(FRAME_QUEUE)
         """Whole frames the links' reader threads received (a slow or stalled link never blocks the learner)."""
@@ -287,8 +290,12 @@ class TcpTransitionServer:
                 link.ack = marks[link.actor]
                 link.wake.notify_all()
 
-    def broadcast(self, version: int, header: dict[str, Any], payload: bytes) -> None:
-        """Offer a packed weights version to every actor (and to those that join later); returns at once."""
+    def broadcast(self, version: int, header: dict[str, Any], payload: Payload) -> None:
+        """Offer a packed weights version to every actor (and to those that join later); returns at once.
+
+        Every writer sends the same ``payload`` (:meth:`~robot_rl.fleet.wire.WeightsPacker.frame`: the files'
+        mappings), none copies it.
+        """
         with self._lock:
             self._weights = (version, header, payload)
             links = list(self.links.values())

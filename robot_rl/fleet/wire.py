@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import mmap
 import os
 import re
 import secrets
@@ -27,6 +28,8 @@ import shutil
 import socket
 import ssl
 import struct
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,10 @@ def parse_address(text: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"expected host:port, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+Payload = bytes | bytearray | memoryview | Sequence[memoryview]
+"""A frame's payload: one buffer, or parts sent one after the other (a weights frame's files)."""
 
 
 class FrameError(Exception):
@@ -88,25 +95,46 @@ def _recv_exact(sock: socket.socket, n: int, stall_s: float | None = None, start
     return bytes(buf)
 
 
-def send_frame(sock: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
-    """Send one message (header + payload) as a single frame."""
+def _recv_some(sock: socket.socket, into: memoryview, stall_s: float | None) -> int:
+    """Bytes received into ``into`` (at least one); FrameError when the peer closed or went silent mid-frame."""
+    if stall_s is not None and not _readable(sock, stall_s):
+        raise FrameError(f"peer stalled mid-frame: nothing for {stall_s:g} s")
+    n = sock.recv_into(into)
+    if not n:
+        raise FrameError("connection closed mid-frame")
+    return n
+
+
+def recv_payload(sock: socket.socket, n: int, stall_s: float | None = None) -> bytes:
+    """The ``n`` payload bytes of a frame whose header :func:`recv_header` read."""
+    return _recv_exact(sock, n, stall_s) if n else b""
+
+
+def discard_payload(sock: socket.socket, n: int, stall_s: float | None = None) -> None:
+    """Read and drop ``n`` payload bytes (a frame not wanted), keeping at most one chunk in memory."""
+    scratch = memoryview(bytearray(min(n, RECV_CHUNK)))
+    while n:
+        n -= _recv_some(sock, scratch[:min(n, len(scratch))], stall_s)
+
+
+def send_frame(sock: socket.socket, header: dict[str, Any], payload: Payload = b"") -> None:
+    """Send one message (header + payload) as a single frame; a payload in parts (weights' files) goes uncopied."""
+    parts = [payload] if isinstance(payload, (bytes, bytearray, memoryview)) else list(payload)
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
     if len(head) > MAX_HEADER_BYTES:
         raise FrameError(f"header of {len(head)} bytes exceeds {MAX_HEADER_BYTES}")
-    prefix = PREFIX.pack(MAGIC, len(head), len(payload)) + head
-    if len(payload) > 1 << 16:  # large payloads (weights) go out without a concatenated copy
-        sock.sendall(prefix)
-        sock.sendall(payload)
-    else:
-        sock.sendall(prefix + payload)
+    prefix = PREFIX.pack(MAGIC, len(head), sum(memoryview(p).nbytes for p in parts)) + head
+    if len(parts) == 1 and len(parts[0]) <= 1 << 16:
+        sock.sendall(prefix + parts[0])
+        return
+    sock.sendall(prefix)
+    for part in parts:  # large payloads (weights) go out without a concatenated copy
+        sock.sendall(part)
 
 
-def recv_frame(sock: socket.socket, max_payload: int = DEFAULT_MAX_PAYLOAD,
-               stall_s: float | None = None) -> tuple[dict[str, Any], bytes]:
-    """Receive one message; FrameError for a bad magic, oversized parts, non-JSON headers or a closed socket.
-
-    With ``stall_s``, also for a peer that sends nothing for that long mid-frame (waiting for one to start is fine).
-    """
+def recv_header(sock: socket.socket, max_payload: int = DEFAULT_MAX_PAYLOAD,
+                stall_s: float | None = None) -> tuple[dict[str, Any], int]:
+    """The first part of :func:`recv_frame`: a frame's header and its payload's length, the payload left unread."""
     magic, head_len, payload_len = PREFIX.unpack(_recv_exact(sock, PREFIX.size, stall_s, started=False))
     if magic != MAGIC:
         raise FrameError(f"not a robot_rl frame (magic {magic!r})")
@@ -120,7 +148,17 @@ def recv_frame(sock: socket.socket, max_payload: int = DEFAULT_MAX_PAYLOAD,
         raise FrameError(f"header is not JSON ({type(exc).__name__}: {str(exc)[:200]})") from exc
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise FrameError("header must be a JSON object with a 'type'")
-    return header, _recv_exact(sock, payload_len, stall_s) if payload_len else b""
+    return header, payload_len
+
+
+def recv_frame(sock: socket.socket, max_payload: int = DEFAULT_MAX_PAYLOAD,
+               stall_s: float | None = None) -> tuple[dict[str, Any], bytes]:
+    """Receive one message; FrameError for a bad magic, oversized parts, non-JSON headers or a closed socket.
+
+    With ``stall_s``, also for a peer that sends nothing for that long mid-frame (waiting for one to start is fine).
+    """
+    header, payload_len = recv_header(sock, max_payload, stall_s)
+    return header, recv_payload(sock, payload_len, stall_s)
 
 
 def _mac(key: bytes, role: bytes, first: bytes, second: bytes) -> str:
@@ -212,57 +250,178 @@ def tls_client_context(cafile: str | Path, check_hostname: bool = True) -> ssl.S
 # ---------------------------------------------------------------------------- weights over the wire
 WEIGHT_FILE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 """Names a weights frame may carry: plain file names, no paths (a peer cannot write outside the folder)."""
+WEIGHT_CHUNK = 256 * 1024
+"""Bytes read, hashed and written at a time (packing, receiving): SHA-256 reads them while they are in cache."""
 
 
-def pack_weights(folder: str | Path, version: int) -> tuple[dict[str, Any], bytes]:
-    """A published ``v<N>/`` folder as one frame: its files concatenated, each named with size and SHA-256."""
+class WeightsRefused(FrameError):
+    """A weights frame that is inconsistent (names, sizes, hashes) or cannot be written; its bytes were all read."""
+
+
+def map_weights(folder: str | Path, version: int) -> tuple[dict[str, Any], list[memoryview]]:
+    """A published ``v<N>/`` folder as a weights frame's header and payload parts: its files, memory-mapped.
+
+    Nothing is copied: the SHA-256 reads the page cache, and sending reads it again. A published folder is never
+    rewritten (a new version is a new folder), and a mapping outlives the pruning of its file.
+    """
     files, parts = [], []
     for path in sorted(Path(folder).iterdir()):
         if path.is_file() and WEIGHT_FILE.match(path.name):
-            data = path.read_bytes()
-            files.append({"name": path.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                data = memoryview(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else b"")
+            files.append({"name": path.name, "size": size, "sha256": hashlib.sha256(data).hexdigest()})
             parts.append(data)
-    return {"type": "weights", "version": int(version), "files": files}, b"".join(parts)
+    return {"type": "weights", "version": int(version), "files": files}, parts
 
 
-def unpack_weights(header: dict[str, Any], payload: bytes, root: str | Path, keep: int = 3) -> Path:
-    """Check a weights frame (names, sizes, hashes) and write it as ``root/v<N>/`` atomically; prune old versions.
+def pack_weights(folder: str | Path, version: int) -> tuple[dict[str, Any], bytes]:
+    """:func:`map_weights` with the payload in one ``bytes`` (for Ray's object store and :func:`unpack_weights`)."""
+    header, parts = map_weights(folder, version)
+    return header, b"".join(parts)
 
-    FrameError for anything inconsistent: nothing is written then, and the actor keeps its weights.
-    """
+
+class WeightsPacker:
+    """The newest published version, read and hashed once however many actors and transports (TCP, Ray) take it."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self._packed: tuple[int, dict[str, Any], list[memoryview]] | None = None
+        self._lock = threading.Lock()
+
+    def frame(self, version: int) -> tuple[dict[str, Any], list[memoryview]]:
+        """``folder/v<version>`` as a weights frame (:func:`map_weights`), mapped and hashed on the first call only."""
+        with self._lock:
+            if self._packed is None or self._packed[0] != version:
+                self._packed = (version, *map_weights(self.folder / f"v{version}", version))
+            return self._packed[1], self._packed[2]
+
+
+def _weight_entries(header: dict[str, Any], payload_len: int) -> tuple[int, list[tuple[str, int, str]]]:
+    """A weights header's version and (name, size, sha256) list; WeightsRefused unless they can describe the payload."""
     version, files = header.get("version"), header.get("files")
     if type(version) is not int or version < 1 or not isinstance(files, list) or not files:  # bool: no v<N>
-        raise FrameError(f"weights frame: bad version or file list ({version!r})")
-    offset = 0
-    chunks: list[tuple[str, memoryview]] = []
-    view = memoryview(payload)  # slices without copying 40 MB per file
+        raise WeightsRefused(f"weights frame: bad version or file list ({version!r})")
+    entries: list[tuple[str, int, str]] = []
     for f in files:
         name, size, digest = (f.get("name"), f.get("size"), f.get("sha256")) if isinstance(f, dict) else (None,) * 3
         if not (isinstance(name, str) and WEIGHT_FILE.match(name) and name not in (".", "..")
-                and isinstance(size, int) and size >= 0 and isinstance(digest, str)):
-            raise FrameError(f"weights frame: bad file entry {f!r}")
-        if any(name == seen for seen, _ in chunks):  # the second would overwrite the first, checked, file
-            raise FrameError(f"weights v{version}: {name} is listed twice")
-        data = view[offset:offset + size]
-        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
-            raise FrameError(f"weights v{version}: {name} does not match its size or SHA-256")
-        chunks.append((name, data))
-        offset += size
-    if offset != len(payload):
-        raise FrameError(f"weights v{version}: {len(payload) - offset} bytes beyond the listed files")
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    final, tmp = root / f"v{version}", root / f".v{version}.recv"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name, data in chunks:
-        (tmp / name).write_bytes(data)
+                and type(size) is int and size >= 0 and isinstance(digest, str)):
+            raise WeightsRefused(f"weights frame: bad file entry {f!r}")
+        if any(name == seen for seen, _, _ in entries):  # the second would overwrite the first, checked, file
+            raise WeightsRefused(f"weights v{version}: {name} is listed twice")
+        entries.append((name, size, digest))
+    listed = sum(size for _, size, _ in entries)
+    if listed != payload_len:
+        raise WeightsRefused(f"weights v{version}: the files listed hold {listed} bytes, the payload {payload_len}")
+    return version, entries
+
+
+def _install(root: Path, version: int, tmp: Path, keep: int) -> Path:
+    """Rename a checked ``tmp`` folder to ``root/v<version>`` (atomic) and prune all but the newest ``keep``."""
+    final = root / f"v{version}"
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     versions = sorted((int(p.name[1:]), p) for p in root.iterdir() if re.fullmatch(r"v\d+", p.name))
     for _, old in versions[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _fresh_folder(root: Path, version: int) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".v{version}.recv"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def unpack_weights(header: dict[str, Any], payload: bytes | bytearray, root: str | Path, keep: int = 3) -> Path:
+    """Check a weights frame (names, sizes, hashes) and write it as ``root/v<N>/`` atomically; prune old versions.
+
+    WeightsRefused (a FrameError) for anything inconsistent: nothing is written then, and the actor keeps its weights.
+    """
+    version, entries = _weight_entries(header, len(payload))
+    view, offset, chunks = memoryview(payload), 0, []  # slices without copying 40 MB per file
+    for name, size, digest in entries:
+        data = view[offset:offset + size]
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise WeightsRefused(f"weights v{version}: {name} does not match its SHA-256")
+        chunks.append((name, data))
+        offset += size
+    tmp = _fresh_folder(Path(root), version)
+    try:
+        for name, data in chunks:
+            fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+        return _install(Path(root), version, tmp, keep)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def receive_weights(sock: socket.socket, header: dict[str, Any], payload_len: int, root: str | Path,
+                    keep: int = 3, stall_s: float | None = None) -> Path:
+    """:func:`unpack_weights` for a payload still on ``sock`` (after :func:`recv_header`), never held in memory.
+
+    Each chunk is hashed and written into a hidden folder as it arrives; the folder becomes ``root/v<N>/`` once
+    every SHA-256 matched. WeightsRefused for an inconsistent frame or one that cannot be written: its payload
+    is read to the end all the same, so the connection stays usable. FrameError or OSError when the connection
+    breaks. Nothing is left behind but a complete, checked ``v<N>/``.
+    """
+    try:
+        version, entries = _weight_entries(header, payload_len)
+    except WeightsRefused:
+        discard_payload(sock, payload_len, stall_s)
+        raise
+    root, tmp, problem = Path(root), None, None
+    try:
+        tmp = _fresh_folder(root, version)
+    except OSError as exc:
+        problem = f"weights v{version}: cannot write into {root}: {exc}"
+    chunk = memoryview(bytearray(max(1, min(WEIGHT_CHUNK, payload_len))))
+    try:
+        for name, size, digest in entries:
+            hashed, fd, left = hashlib.sha256(), None, size
+            try:
+                if tmp is not None and problem is None:
+                    fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except OSError as exc:
+                problem = f"weights v{version}: cannot write {name}: {exc}"
+            try:
+                while left:  # the socket's errors end the frame; a file's only refuse it
+                    part = chunk[:_recv_some(sock, chunk[:min(left, len(chunk))], stall_s)]
+                    hashed.update(part)
+                    left -= len(part)
+                    if fd is not None:
+                        try:
+                            _write_all(fd, part)
+                        except OSError as exc:
+                            problem = f"weights v{version}: cannot write {name}: {exc}"
+                            os.close(fd)
+                            fd = None
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if problem is None and hashed.hexdigest() != digest:
+                problem = f"weights v{version}: {name} does not match its SHA-256"
+        if problem is None and tmp is not None:
+            try:
+                return _install(root, version, tmp, keep)
+            except OSError as exc:
+                problem = f"weights v{version}: cannot install it in {root}: {exc}"
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when installed
+    raise WeightsRefused(str(problem))
 
 
 def read_secret(path: str | Path) -> bytes:

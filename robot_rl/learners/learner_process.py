@@ -53,7 +53,7 @@ from robot_rl.fleet.delivery import Inbox, read_commit, write_commit
 from robot_rl.fleet.fleet_status import FleetStatus, this_host
 from robot_rl.fleet.tcp_transport import TcpTransitionServer
 from robot_rl.fleet.transport import SocketTransitionServer, announce, load_or_create_key, socket_address
-from robot_rl.fleet.wire import CONFIG_FILE, pack_weights, parse_address, tls_server_context
+from robot_rl.fleet.wire import CONFIG_FILE, WeightsPacker, parse_address, tls_server_context
 from robot_rl.learners.algorithms import registry
 from robot_rl.learners.buffers import ReplayBuffer, truncate_saved
 from robot_rl.learners.deployment_gate import Decision, GatedPublisher
@@ -186,6 +186,8 @@ class OnlineLearner:
         self.algorithm.steps.balance_tasks = len(cfg.fleet.tasks) > 1
         self.publisher = WeightsPublisher(self.run_dir / "weights", keep=cfg.learner.keep_versions,
                                           marker=self.algorithm.marker)
+        self.packer = WeightsPacker(self.run_dir / "weights")
+        """Each version as a weights frame, read and hashed once for the TCP actors and Ray's object store."""
         self._stop = False
         self._last_ckpt = time.monotonic()
         self._last_publish = self.updates
@@ -422,7 +424,7 @@ class OnlineLearner:
     def _broadcast(self, version: int) -> None:
         """Offer version ``version`` (already on disk) to the TCP actors."""
         if self.tcp is not None and version > 0:
-            header, payload = pack_weights(self.run_dir / "weights" / f"v{version}", version)
+            header, payload = self.packer.frame(version)
             self.tcp.broadcast(version, header, payload)
 
     def status(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 from robot_rl.core.config import save_config
 from robot_rl.fleet.security import PLAINTEXT_ENV, check_transport, is_loopback, plaintext_allowed
 from robot_rl.fleet.transport import load_or_create_key
-from robot_rl.fleet.wire import CONFIG_FILE, pack_weights, parse_address
+from robot_rl.fleet.wire import CONFIG_FILE, parse_address
 from robot_rl.learners.online import OnlineResult, read_jsonl
 from robot_rl.learners.online_config import OnlineConfig
 
@@ -94,7 +94,8 @@ class LearnerWorker:
             return []
         if self._weights_ref is None or self._weights_ref[0] != version:
             try:
-                packed = pack_weights(self.learner.run_dir / "weights" / f"v{version}", version)
+                header, parts = self.learner.packer.frame(version)  # the TCP broadcast's, hashed once
+                packed = (header, b"".join(parts))
             except FileNotFoundError:  # pruned meanwhile: the next call finds the newer one
                 return []
             self._weights_ref = (version, ray.put(packed))
