@@ -251,7 +251,7 @@ def tls_client_context(cafile: str | Path, check_hostname: bool = True) -> ssl.S
 WEIGHT_FILE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 """Names a weights frame may carry: plain file names, no paths (a peer cannot write outside the folder)."""
 WEIGHT_CHUNK = 256 * 1024
-"""Bytes read, hashed and written at a time (packing, receiving): SHA-256 reads them while they are in cache."""
+"""Bytes received, hashed and written at a time: SHA-256 reads them while they are in cache."""
 
 
 class WeightsRefused(FrameError):
@@ -336,6 +336,11 @@ def _fresh_folder(root: Path, version: int) -> Path:
     return tmp
 
 
+def _create(path: Path) -> int:
+    """A new file's descriptor for writing (refused if it exists: a received folder starts empty)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+
+
 def _write_all(fd: int, data: memoryview) -> None:
     while data:
         data = data[os.write(fd, data):]
@@ -357,7 +362,7 @@ def unpack_weights(header: dict[str, Any], payload: bytes | bytearray, root: str
     tmp = _fresh_folder(Path(root), version)
     try:
         for name, data in chunks:
-            fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = _create(tmp / name)
             try:
                 _write_all(fd, data)
             finally:
@@ -393,7 +398,7 @@ def receive_weights(sock: socket.socket, header: dict[str, Any], payload_len: in
             hashed, fd, left = hashlib.sha256(), None, size
             try:
                 if tmp is not None and problem is None:
-                    fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    fd = _create(tmp / name)
             except OSError as exc:
                 problem = f"weights v{version}: cannot write {name}: {exc}"
             try:

@@ -11,7 +11,8 @@ Two gaps are not a driver's fault and do not latch the e-stop (both measured on 
 where a graph's processes import torch and compile models at once): a topic that has not yet been alive
 for ``arm_after_s`` (bring-up; it is reported as ``starting`` and the bridges' and controllers' own
 watchdogs still hold or damp the robot meanwhile), and the safety node's own starvation (its check ran
-late, so messages that arrived meanwhile are still queued: it judges again once they are taken).
+late, so messages that arrived meanwhile are still queued: a topic not heard from since is judged one max
+age after the wake-up, :class:`~robot_rl.control.watchdog.StarvationGuard`).
 """
 
 from __future__ import annotations
