@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import resource
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,18 +32,17 @@ restore_interrupt()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``extended`` tests are ``slow`` too (``-m "not slow"`` is the fast tier). Under pytest-xdist
-    (``--dist loadgroup``) a module's tests stay together on one worker, in file order, so module fixtures are
-    built once and tests that continue a module's story (one vehicle, one graph) see it whole; ``ray`` tests
-    share one group: one Ray cluster at a time (each takes the dashboard's fixed port), and so do ``robot_dds``
-    tests (a robot's DDS domain is fixed: two modules at once would hear each other's LowState)."""
+    """``extended`` tests are ``slow`` too (``-m "not slow"`` is the fast tier). ``ros``, ``robot_dds`` and
+    ``ray`` tests are ``realtime``: they start processes that run on the wall clock, and under pytest-xdist
+    they run with the machine to themselves (``_MachineShare``), which also keeps two Ray clusters (each on the
+    dashboard's fixed port) or two robots on one DDS domain (Unitree: 0) from meeting. ``--dist loadfile``
+    keeps a module's tests on one worker, in file order, so module fixtures are built once and tests that
+    continue a module's story (one vehicle, one graph) see it whole."""
     for item in items:
         if item.get_closest_marker("extended"):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("xdist_group") is None:
-            shared = [name for name in ("ray", "robot_dds") if item.get_closest_marker(name)]
-            group = shared[0] if shared else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
+        if any(item.get_closest_marker(name) for name in ("ros", "robot_dds", "ray")):
+            item.add_marker(pytest.mark.realtime)
 
 
 @pytest.fixture
@@ -52,21 +56,64 @@ def fuzz_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
-if os.environ.get("ROBOT_RL_TEST_CPU_LOG"):
-    import json
-    import resource
-    import time
+class _MachineShare:
+    """Under pytest-xdist, ``realtime`` tests have the machine to themselves: a test that times a live graph
+    (a 100 Hz log, a vehicle holding altitude, a node noticing a stale topic) fails when another worker's
+    training takes the cores it was promised. A readers-writer lock on one file: every other test holds it
+    shared while it runs (setup, call, teardown); a run of consecutive realtime tests holds it exclusively,
+    from the first one's setup to the last one's teardown (module fixtures included), and a second lock
+    admits waiting realtime workers ahead of new shared holders so they are not starved."""
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
-        """Per test: wall time and CPU time of this process and its reaped children (which tests wait)."""
-        wall, me, kids = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), \
+    def __init__(self, stem: Path) -> None:
+        self.main, self.turnstile = (os.open(f"{stem}.{name}", os.O_RDWR | os.O_CREAT, 0o600)
+                                     for name in ("main", "turnstile"))
+        self.exclusive = False
+
+    def before(self, realtime: bool) -> None:
+        if realtime and not self.exclusive:
+            fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+            fcntl.flock(self.main, fcntl.LOCK_EX)
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+            self.exclusive = True
+        elif not realtime:
+            fcntl.flock(self.turnstile, fcntl.LOCK_SH)
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+            fcntl.flock(self.main, fcntl.LOCK_SH)
+
+    def after(self, realtime: bool, next_realtime: bool) -> None:
+        if not realtime or not next_realtime:
+            fcntl.flock(self.main, fcntl.LOCK_UN)
+            self.exclusive = False
+
+
+_share = (_MachineShare(Path(tempfile.gettempdir()) / f"robot_rl-pytest-{os.environ['PYTEST_XDIST_TESTRUNUID']}")
+          if _workers > 1 and os.environ.get("PYTEST_XDIST_TESTRUNUID") else None)
+
+
+_cpu_log = os.environ.get("ROBOT_RL_TEST_CPU_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """Takes the machine share (under pytest-xdist) around the whole test, then, with
+    ``ROBOT_RL_TEST_CPU_LOG=<file>``, logs its wall time and the CPU time of this process and its reaped
+    children (which tests wait for), the wait for the share not included."""
+    realtime = item.get_closest_marker("realtime") is not None
+    if _share is not None:
+        _share.before(realtime)
+    try:
+        started, wall, me, kids = time.time(), time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), \
             resource.getrusage(resource.RUSAGE_CHILDREN)
         yield
-        me2, kids2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        row = {"test": item.nodeid, "wall": time.monotonic() - wall,
-               "cpu": me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime,
-               "cpu_children": kids2.ru_utime + kids2.ru_stime - kids.ru_utime - kids.ru_stime,
-               "slow": item.get_closest_marker("slow") is not None}
-        with open(os.environ["ROBOT_RL_TEST_CPU_LOG"], "a") as log:
-            log.write(json.dumps(row) + "\n")
+        if _cpu_log:
+            me2, kids2 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            row = {"test": item.nodeid, "start": started, "wall": time.monotonic() - wall,
+                   "cpu": me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime,
+                   "cpu_children": kids2.ru_utime + kids2.ru_stime - kids.ru_utime - kids.ru_stime,
+                   "slow": item.get_closest_marker("slow") is not None, "realtime": realtime,
+                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+            with open(_cpu_log, "a") as log:
+                log.write(json.dumps(row) + "\n")
+    finally:
+        if _share is not None:
+            _share.after(realtime, nextitem is not None and nextitem.get_closest_marker("realtime") is not None)

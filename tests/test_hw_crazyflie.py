@@ -44,6 +44,8 @@ from robot_rl.hardware.crazyflie_protocol import (
 )
 from robot_rl.robots import cf2x
 
+pytestmark = pytest.mark.realtime  # vehicles emulated on the wall clock: timed rates and tracking
+
 HOVER_THRUST = cf2x.MASS * cf2x.GRAVITY
 
 

@@ -22,6 +22,7 @@ from helpers.ports import free_udp_ports
 from pymavlink.dialects.v20 import common as mavlink
 from scipy.spatial.transform import Rotation
 
+pytestmark = pytest.mark.realtime  # vehicles emulated on the wall clock: timed rates and tracking
 rclpy = pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import TwistStamped  # noqa: E402

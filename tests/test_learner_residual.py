@@ -208,6 +208,7 @@ def test_a_short_residual_run_reduces_the_stand_in_hover_sag(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.realtime  # the actor must still be running when the learner publishes
 def test_the_process_runner_drives_residual_rl(tmp_path: Path) -> None:
     """``robot-rl online run`` with ``learner.algorithm: residual``: the learner publishes residual versions,
     the actor swaps them in during its run, every streamed step carries the base's action."""
@@ -282,6 +283,7 @@ def test_a_restarted_residual_learner_resumes_its_buffers_networks_and_versions(
     assert again.publish() == 2  # the numbering continues
 
 
+@pytest.mark.realtime  # its bound is on updates per step taken while the actor streams
 def test_a_paced_learner_keeps_its_update_to_data_ratio(tmp_path: Path) -> None:
     """``learner.max_update_lag``: a learner that owes more updates stops taking steps, the actor waits on the
     full socket, and the run ends near the updates its ratio asks for, however slow this machine trains."""
