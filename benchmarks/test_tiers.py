@@ -3,11 +3,16 @@
     .venv/bin/python benchmarks/test_tiers.py                # fast tier timed, then again under coverage
     .venv/bin/python benchmarks/test_tiers.py --full         # and the whole suite, as CI runs it
     .venv/bin/python benchmarks/test_tiers.py --no-coverage  # only the times
+    .venv/bin/python benchmarks/test_tiers.py --durations-from LOG  # tests/module_durations.json from a CPU log
 
 The fast tier is ``pytest -m "not slow"`` (what a developer runs between edits); the full suite is the
 README's test command. "Exercised" means more than imported: at least one function or method of the
 module ran a line of its body, in the test process or in any process a test started (ROS nodes, actors,
 learners: coverage's ``patch = subprocess``). Results go to ``benchmarks/test_tiers.json``.
+
+``--full`` logs every test (``ROBOT_RL_TEST_CPU_LOG``) and writes ``tests/module_durations.json``, the order in
+which pytest-xdist hands modules out (longest first), and checks the schedule: how long realtime tests held the
+machine, how busy the workers were, and that no test ran beside a ``realtime`` test that has the machine.
 """
 
 from __future__ import annotations
@@ -70,12 +75,47 @@ def exercised(report: dict) -> dict[str, dict]:
     return out
 
 
+DURATIONS = ROOT / "tests" / "module_durations.json"
+
+
+def module_seconds(rows: list[dict]) -> dict[str, float]:
+    """Seconds per test module (its tests' setup, call and teardown, without waits for the machine share)."""
+    out: dict[str, float] = {}
+    for row in rows:
+        module = row["test"].split("::")[0]
+        out[module] = out.get(module, 0.0) + row["wall"]
+    return {m: round(v, 1) for m, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
+def schedule(rows: list[dict]) -> dict:
+    """What the machine share did in one parallel run: span, busy time per worker, realtime time, and the
+    tests that overlapped a test holding the machine (there must be none)."""
+    span = max(r["start"] + r["wall"] for r in rows) - min(r["start"] for r in rows)
+    busy: dict[str, float] = {}
+    for row in rows:
+        busy[row["worker"]] = busy.get(row["worker"], 0.0) + row["wall"]
+    machine = [r for r in rows if r.get("realtime") == "machine"]
+    overlaps = [(a["test"], b["test"]) for a in machine for b in rows if b is not a and b["worker"] != a["worker"]
+                and b["start"] < a["start"] + a["wall"] and a["start"] < b["start"] + b["wall"]]
+    return {"span_s": round(span), "busy_s": {w: round(v) for w, v in sorted(busy.items())},
+            "realtime_machine_s": round(sum(r["wall"] for r in machine)),
+            "realtime_beside_s": round(sum(r["wall"] for r in rows if r.get("realtime") == "beside")),
+            "overlapping_machine_tests": overlaps[:10]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="also time the whole suite (the README's command)")
     parser.add_argument("--no-coverage", action="store_true", help="skip the coverage run of the fast tier")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "test_tiers.json"))
+    parser.add_argument("--durations-from", metavar="LOG", help="only write tests/module_durations.json from a "
+                        "ROBOT_RL_TEST_CPU_LOG file of a full parallel run")
     args = parser.parse_args()
+    if args.durations_from:
+        rows = [json.loads(line) for line in Path(args.durations_from).read_text().splitlines() if line.strip()]
+        DURATIONS.write_text(json.dumps(module_seconds(rows), indent=1) + "\n")
+        print(json.dumps(schedule(rows), indent=1))
+        return 0
     result: dict = {"cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
     wall, summary = pytest(FAST)
     result["fast"] = {"wall_s": round(wall), "summary": summary}
@@ -96,8 +136,12 @@ def main() -> int:
         print(f"fast tier exercises {len(modules) - len(missing)} of {len(modules)} modules"
               + (f"; not: {', '.join(missing)}" if missing else ""))
     if args.full:
-        wall, summary = pytest([])
-        result["full"] = {"wall_s": round(wall), "summary": summary}
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "tests.jsonl"
+            wall, summary = pytest([], env={"ROBOT_RL_TEST_CPU_LOG": str(log)})
+            rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        DURATIONS.write_text(json.dumps(module_seconds(rows), indent=1) + "\n")
+        result["full"] = {"wall_s": round(wall), "summary": summary, "schedule": schedule(rows)}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "fast_coverage"}, indent=1))
     return 1 if result.get("fast_coverage", {}).get("not_exercised") else 0

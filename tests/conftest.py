@@ -31,18 +31,29 @@ os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 restore_interrupt()
 
 
+DURATIONS = Path(__file__).with_name("module_durations.json")
+"""Seconds per test module in a parallel full run (``benchmarks/test_tiers.py --durations-from LOG`` writes it)."""
+UNKNOWN_MODULE_S = 10.0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``extended`` tests are ``slow`` too (``-m "not slow"`` is the fast tier). ``ros``, ``robot_dds`` and
-    ``ray`` tests are ``realtime``: they start processes that run on the wall clock, and under pytest-xdist
-    they run with the machine to themselves (``_MachineShare``), which also keeps two Ray clusters (each on the
-    dashboard's fixed port) or two robots on one DDS domain (Unitree: 0) from meeting. ``--dist loadfile``
-    keeps a module's tests on one worker, in file order, so module fixtures are built once and tests that
-    continue a module's story (one vehicle, one graph) see it whole."""
+    ``ray`` tests are ``realtime`` unless they say otherwise: they start processes that run on the wall clock, and
+    under pytest-xdist they run with the machine to themselves (``_MachineShare``), which also keeps two Ray
+    clusters (each on the dashboard's fixed port) or two robots on one DDS domain (Unitree: 0) from meeting.
+    ``--dist loadfile`` keeps a module's tests on one worker, in file order, so module fixtures are built once
+    and tests that continue a module's story (one vehicle, one graph) see it whole; modules are handed out
+    longest first (``module_durations.json``)."""
     for item in items:
         if item.get_closest_marker("extended"):
             item.add_marker(pytest.mark.slow)
-        if any(item.get_closest_marker(name) for name in ("ros", "robot_dds", "ray")):
+        if item.get_closest_marker("realtime") is None and \
+                any(item.get_closest_marker(name) for name in ("ros", "robot_dds", "ray")):
             item.add_marker(pytest.mark.realtime)
+    if _workers > 1:  # longest modules first (--no-loadscope-reorder keeps this order): no long tail at the end
+        seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+        rank = {path: -seconds.get(path, UNKNOWN_MODULE_S) for path in {item.nodeid.split("::")[0] for item in items}}
+        items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: file order within a module
 
 
 @pytest.fixture
@@ -56,34 +67,61 @@ def fuzz_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
+MACHINE, BESIDE, NONE = "machine", "beside", "none"
+"""``realtime`` modes: ``realtime`` (= ``realtime("machine")``) has the machine to itself; ``realtime("beside")``
+waits on the wall clock with little CPU of its own (a vendor client flying an emulator): it runs beside
+ordinary tests but never beside another realtime test; ``realtime("none")`` opts a ``ros`` test out (in-process
+nodes whose callbacks are called directly)."""
+
+
+def realtime_mode(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("realtime")
+    mode = None if marker is None else (marker.args[0] if marker.args else MACHINE)
+    if mode not in (None, MACHINE, BESIDE, NONE):
+        raise pytest.UsageError(f"{item.nodeid}: realtime mode {mode!r} is not one of machine, beside, none")
+    return None if mode == NONE else mode
+
+
 class _MachineShare:
     """Under pytest-xdist, ``realtime`` tests have the machine to themselves: a test that times a live graph
     (a 100 Hz log, a vehicle holding altitude, a node noticing a stale topic) fails when another worker's
     training takes the cores it was promised. A readers-writer lock on one file: every other test holds it
     shared while it runs (setup, call, teardown); a run of consecutive realtime tests holds it exclusively,
-    from the first one's setup to the last one's teardown (module fixtures included), and a second lock
-    admits waiting realtime workers ahead of new shared holders so they are not starved."""
+    from the first one's setup to the last one's teardown (module fixtures included), and a turnstile lock
+    admits waiting realtime workers ahead of new shared holders so they are not starved. ``beside`` tests
+    hold it shared plus a second exclusive lock that keeps them apart from each other."""
 
     def __init__(self, stem: Path) -> None:
-        self.main, self.turnstile = (os.open(f"{stem}.{name}", os.O_RDWR | os.O_CREAT, 0o600)
-                                     for name in ("main", "turnstile"))
-        self.exclusive = False
+        self.main, self.turnstile, self.beside = (os.open(f"{stem}.{name}", os.O_RDWR | os.O_CREAT, 0o600)
+                                                  for name in ("main", "turnstile", "beside"))
+        self.held: str | None = None  # the mode whose locks this worker still holds from the previous test
 
-    def before(self, realtime: bool) -> None:
-        if realtime and not self.exclusive:
+    def before(self, mode: str | None) -> None:
+        if self.held is not None:
+            if self.held == mode:
+                return
+            self.release()
+        if mode == MACHINE:
             fcntl.flock(self.turnstile, fcntl.LOCK_EX)
             fcntl.flock(self.main, fcntl.LOCK_EX)
             fcntl.flock(self.turnstile, fcntl.LOCK_UN)
-            self.exclusive = True
-        elif not realtime:
+        else:
+            if mode == BESIDE:
+                fcntl.flock(self.beside, fcntl.LOCK_EX)
             fcntl.flock(self.turnstile, fcntl.LOCK_SH)
             fcntl.flock(self.turnstile, fcntl.LOCK_UN)
             fcntl.flock(self.main, fcntl.LOCK_SH)
+        self.held = mode
 
-    def after(self, realtime: bool, next_realtime: bool) -> None:
-        if not realtime or not next_realtime:
-            fcntl.flock(self.main, fcntl.LOCK_UN)
-            self.exclusive = False
+    def after(self, mode: str | None, next_mode: str | None) -> None:
+        """Keeps the locks across consecutive realtime tests of one mode; ordinary tests let go after each."""
+        if mode is None or next_mode != mode:
+            self.release()
+
+    def release(self) -> None:
+        fcntl.flock(self.main, fcntl.LOCK_UN)
+        fcntl.flock(self.beside, fcntl.LOCK_UN)
+        self.held = None
 
 
 _share = (_MachineShare(Path(tempfile.gettempdir()) / f"robot_rl-pytest-{os.environ['PYTEST_XDIST_TESTRUNUID']}")
@@ -98,9 +136,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
     """Takes the machine share (under pytest-xdist) around the whole test, then, with
     ``ROBOT_RL_TEST_CPU_LOG=<file>``, logs its wall time and the CPU time of this process and its reaped
     children (which tests wait for), the wait for the share not included."""
-    realtime = item.get_closest_marker("realtime") is not None
+    mode = realtime_mode(item)
     if _share is not None:
-        _share.before(realtime)
+        _share.before(mode)
     try:
         started, wall, me, kids = time.time(), time.monotonic(), resource.getrusage(resource.RUSAGE_SELF), \
             resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -110,10 +148,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
             row = {"test": item.nodeid, "start": started, "wall": time.monotonic() - wall,
                    "cpu": me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime,
                    "cpu_children": kids2.ru_utime + kids2.ru_stime - kids.ru_utime - kids.ru_stime,
-                   "slow": item.get_closest_marker("slow") is not None, "realtime": realtime,
+                   "slow": item.get_closest_marker("slow") is not None, "realtime": mode,
                    "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
             with open(_cpu_log, "a") as log:
                 log.write(json.dumps(row) + "\n")
     finally:
         if _share is not None:
-            _share.after(realtime, nextitem is not None and nextitem.get_closest_marker("realtime") is not None)
+            _share.after(mode, None if nextitem is None else realtime_mode(nextitem))

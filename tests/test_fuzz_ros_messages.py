@@ -52,7 +52,7 @@ from robot_rl.ros.observation_sources import ObservationSources  # noqa: E402
 from robot_rl.ros.teleop_node import TeleopNode, subscribe_velocity_commands  # noqa: E402
 from robot_rl.teleop.command_mux import VelocityCommandMux  # noqa: E402
 
-pytestmark = pytest.mark.ros
+pytestmark = [pytest.mark.ros, pytest.mark.realtime("none")]  # in-process nodes; the graph test below is realtime
 MAX_CALLBACK_S = 5.0
 """Bound on one callback (generous: 2 loaded cores); a hang or a decompression bomb takes far longer."""
 IMAGE_SHAPE = (24, 24, 3)
@@ -433,6 +433,7 @@ def test_throttled_and_plain_warnings_mix(ros: SimpleNamespace) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.realtime  # a live sim + controller + safety graph that must still track afterwards
 def test_graph_survives_hostile_messages(tmp_path: Any) -> None:
     """sim (as torque hardware) + controller + safety + teleop as processes, flooded on every input topic:
     every process lives, the refusals are logged, no non-finite or out-of-limit torque leaves the controller,

@@ -15,7 +15,7 @@ from robot_rl.robots import g1  # noqa: E402
 from robot_rl.ros.qos import LATCHED  # noqa: E402
 from robot_rl.ros.target_conversions import subscribe_targets  # noqa: E402
 
-pytestmark = pytest.mark.ros
+pytestmark = [pytest.mark.ros, pytest.mark.realtime("none")]  # in-process nodes, callbacks called directly
 
 
 def _msg(names: list[str], position: np.ndarray, velocity: np.ndarray | None = None) -> JointState:

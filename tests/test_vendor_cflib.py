@@ -30,7 +30,7 @@ from robot_rl.hardware.crazyflie_emulator import CrazyflieUdpServer, EmulatedCra
 from robot_rl.hardware.crazyflie_firmware import PRIORITY_CRTP, PRIORITY_HIGH_LEVEL, CrazyflieFirmware
 from robot_rl.hardware.crazyflie_high_level import FLYING, IDLE, LANDING, HighLevelPlanner
 
-pytestmark = pytest.mark.realtime  # vehicles emulated on the wall clock: timed rates and tracking
+pytestmark = pytest.mark.realtime("beside")  # vendor client and emulator on the wall clock, little CPU
 
 HL_HEADER = bytes([(p.PORT_HIGH_LEVEL << 4) | 0x0C])
 

@@ -26,7 +26,7 @@ from helpers.ports import free_udp_port
 
 from robot_rl.hardware.crazyflie_emulator import CrazyflieUdpServer, EmulatedCrazyflie
 
-pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # cflib flies the emulator on the wall clock
+pytestmark = [pytest.mark.slow, pytest.mark.realtime("beside")]  # cflib flies the emulator on the wall clock
 
 
 def _examples_dir() -> Path | None:

@@ -31,7 +31,7 @@ from robot_rl.hardware import px4_vehicle
 from robot_rl.hardware.px4_auto import RTL, TAKEOFF
 from robot_rl.hardware.px4_emulator import EmulatorConfig, Px4Emulator, _parse
 
-pytestmark = pytest.mark.realtime  # vehicles emulated on the wall clock: timed rates and tracking
+pytestmark = pytest.mark.realtime("beside")  # vendor client and emulator on the wall clock, little CPU
 mavsdk = pytest.importorskip("mavsdk.asyncio")
 from mavsdk.asyncio.plugins.action import ActionAsync, ActionError  # noqa: E402
 from mavsdk.asyncio.plugins.info import InfoAsync  # noqa: E402

@@ -37,7 +37,8 @@ from robot_rl.hardware import unitree_idl as idl
 SPEC = importlib.util.find_spec("unitree_interface")
 SDK_DIR = Path(SPEC.submodule_search_locations[0]) if SPEC and SPEC.submodule_search_locations else None
 LIBDDSC_010 = SDK_DIR / "libddsc.so" if SDK_DIR else None
-pytestmark = [pytest.mark.robot_dds, pytest.mark.skipif(LIBDDSC_010 is None or not LIBDDSC_010.exists(),
+pytestmark = [pytest.mark.robot_dds, pytest.mark.realtime("beside"),  # the SDK process waits on the robot
+              pytest.mark.skipif(LIBDDSC_010 is None or not LIBDDSC_010.exists(),
                                 reason="far-unitree-sdk is not installed (pip install far-unitree-sdk==0.1.8)")]
 ROOT = Path(__file__).resolve().parents[1]
 NS_ADDR, HOST_ADDR = "10.213.123.161", "10.213.123.162"  # a subnet of its own, not a real robot NIC's
