@@ -124,8 +124,9 @@ def test_physics_loop_status_codes_name_the_first_watched_warning_then_a_nonfini
 
 def test_actuate_leaves_ctrl_untouched_for_a_nonfinite_command() -> None:
     low, high, act = -np.ones(2), np.ones(2), np.array([3, 1], np.int64)
-    noise = np.zeros((1, 2))  # a row: the source's no-noise slice noise[0, :0] is out of bounds for numpy
-    for command, ok in ((np.array([0.5, 2.0]), True), (np.array([np.nan, 0.0]), False)):
+    for command, ok, noise in ((np.array([0.5, 2.0]), True, np.zeros((0, 2))),  # no actuator noise: no row
+                               (np.array([0.5, 2.0]), True, np.zeros((1, 2))),
+                               (np.array([np.nan, 0.0]), False, np.zeros((0, 2)))):
         ctrl = np.full(4, 9.0)
         a, b, compiled, source = both("_actuate", command, 0, act, low, high, np.zeros((0, 2)), np.zeros(1, np.int64),
                                       np.zeros(2), -1.0, noise, np.empty(2), ctrl)

@@ -182,7 +182,7 @@ class UnitreeBridgeNode(Node):
         if status.mode != self._last_mode:
             self._last_mode = status.mode
             self.pub_mode.publish(String(data=status.mode.value))
-            log = self.get_logger().warn if _LEVELS[status.mode] != OK else self.get_logger().info
+            log = self.get_logger().warning if _LEVELS[status.mode] != OK else self.get_logger().info
             log(f"bridge mode {status.mode.value}: {status.reason}")
             self._next_diag = 0.0
         if now >= self._next_diag:

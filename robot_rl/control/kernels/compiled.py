@@ -402,7 +402,7 @@ def _actuate(command: np.ndarray, i: int, act: np.ndarray, low: np.ndarray, high
              head: np.ndarray, lag: np.ndarray, alpha: float, noise: np.ndarray, out: np.ndarray,
              ctrl: np.ndarray) -> bool:
     """Pipeline step ``i`` into ``ctrl[act]``; False (ctrl untouched) when the command is not finite."""
-    pipeline_step(command, low, high, ring, head, lag, alpha, noise[i] if noise.shape[0] else noise[0, :0], out)
+    pipeline_step(command, low, high, ring, head, lag, alpha, noise[i] if noise.shape[0] else out[:0], out)
     total = 0.0
     for v in out:
         total += v
