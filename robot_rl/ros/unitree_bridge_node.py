@@ -182,8 +182,11 @@ class UnitreeBridgeNode(Node):
         if status.mode != self._last_mode:
             self._last_mode = status.mode
             self.pub_mode.publish(String(data=status.mode.value))
-            log = self.get_logger().warning if _LEVELS[status.mode] != OK else self.get_logger().info
-            log(f"bridge mode {status.mode.value}: {status.reason}")
+            line = f"bridge mode {status.mode.value}: {status.reason}"
+            if _LEVELS[status.mode] != OK:  # two call sites: rclpy refuses one site logging at two severities
+                self.get_logger().warning(line)
+            else:
+                self.get_logger().info(line)
             self._next_diag = 0.0
         if now >= self._next_diag:
             self._next_diag = now + 1.0 / self.config.diagnostics_hz
