@@ -1,6 +1,7 @@
 """Fleet transport, side by side in one run: ingest at the learner, weight push, actor scaling.
 
     .venv/bin/python benchmarks/fleet_transport.py [--seconds 4] [--skip-ray] [--weights-only --push-actors 1,4]
+        [--push-dtypes float32,float16]
 
 1. Ingest: sender processes stream pre-built transition batches (state-only, or with a 64x64 RGB camera in
    the observation and the next observation) to a receiver that decodes them, as the learner does. Three
@@ -8,11 +9,12 @@
    batch fsynced on the actor before it is sent; robot_rl.fleet.tcp_transport), and Ray actor calls
    (a sink actor's method takes the safetensors bytes; what using Ray itself for transitions would give).
 2. Weight push: a 10 M-parameter policy (40 MB of float32 safetensors) published to 1 and to 4 actor processes
-   over TCP, the path before issue 40 (benchmarks/_weight_push_legacy.py) and today's alternating push by push
-   (``--weights-only``), best of N and the median of each stage (pack, first header, receive, check + write);
-   each actor checks the SHA-256s and writes ``v<N>/`` into its weights folder (kept in /dev/shm). With Ray:
-   one ``ray.put``, 4 ``ray.get``, checked and written the same way. Time from publish (packing included)
-   until the last actor holds it.
+   over TCP, the path before issue 40 (benchmarks/_weight_push_legacy.py, float32) and today's in each of
+   ``--push-dtypes`` (float32, and float16: ``learner.push_dtype``) alternating push by push (``--weights-only``):
+   median and best of N, the median of each stage (pack, first header, receive, check + write) and the ratio
+   of medians to the old path; each actor checks the SHA-256s and writes ``v<N>/`` into its weights folder
+   (kept in /dev/shm). With Ray: one ``ray.put``, 4 ``ray.get``, checked and written the same way. Time from
+   publish (packing included) until the last actor holds it.
 3. Scaling: QuadHover env steps/s of 1, 2 and 4 simulated actor processes, each with the hover expert,
    streaming to one TCP learner endpoint; ratio to linear (1 actor x N).
 """
@@ -191,14 +193,17 @@ def _tcp_weights_actor(port: int, folder: str, name: str, legacy: bool, ready: A
 
 
 class PushGroup:
-    """``actors`` actor processes on one TCP learner endpoint, old (``legacy``) or today's weights path."""
+    """``actors`` actor processes on one TCP learner endpoint, old (``legacy``) or today's weights path.
 
-    def __init__(self, actors: int, legacy: bool, tmp: str) -> None:
+    ``dtype``: what today's path sends floating tensors as (``learner.push_dtype``); the old one sends float32.
+    """
+
+    def __init__(self, actors: int, legacy: bool, tmp: str, dtype: str = "float32") -> None:
         ctx = mp.get_context("spawn")
-        self.ready, self.done, self.legacy = ctx.Queue(), ctx.Queue(), legacy
+        self.ready, self.done, self.legacy, self.dtype = ctx.Queue(), ctx.Queue(), legacy, dtype
         self.server = TcpTransitionServer(KEY, host="127.0.0.1")
         self.procs = [ctx.Process(target=_tcp_weights_actor, daemon=True, args=(
-            self.server.address[1], os.path.join(tmp, f"{'old' if legacy else 'new'}{i}"), f"a{i}", legacy,
+            self.server.address[1], os.path.join(tmp, f"{'old' if legacy else 'new'}-{dtype}-{i}"), f"a{i}", legacy,
             self.ready, self.done)) for i in range(actors)]
         for proc in self.procs:
             proc.start()
@@ -211,16 +216,16 @@ class PushGroup:
 
     def push(self, folder: Path, version: int) -> dict[str, float]:
         """One publish: seconds from its start to each stage (pack done, first header, last actor holds it)."""
-        pack = legacy_pack_weights if self.legacy else map_weights
         t0 = time.time()
-        header, payload = pack(folder, version)
+        header, payload = (legacy_pack_weights(folder, version) if self.legacy
+                           else map_weights(folder, version, self.dtype))
         packed = time.time()
         self.server.broadcast(version, header, payload)
         got = [self.done.get(timeout=60) for _ in self.procs]
         assert all(g[0] == version for g in got), got
         return {"pack": packed - t0, "first header": min(g[1] for g in got) - packed,
                 "receive": max(g[2] - g[1] for g in got), "check + write": max(g[3] - g[2] for g in got),
-                "total": max(g[3] for g in got) - t0}
+                "total": max(g[3] for g in got) - t0, "MB": sum(f["size"] for f in header["files"]) / 1e6}
 
     def close(self) -> None:
         self.server.close()
@@ -228,35 +233,43 @@ class PushGroup:
             proc.join(timeout=10)
 
 
-def push_side_by_side(folder: Path, actors: int, repeats: int) -> dict[str, list[dict[str, float]]]:
-    """Old and today's weight push to ``actors`` actor processes each, alternating push by push (same load)."""
+PATHS = {"old": "read + hash + join; recv to bytes, hash, write",
+         "new": "mmap (or narrow) + hash once; recv_into + hash + write per chunk"}
+
+
+def push_side_by_side(folder: Path, actors: int, repeats: int,
+                      dtypes: list[str]) -> dict[tuple[str, str], list[dict[str, float]]]:
+    """The old float32 push and today's in each of ``dtypes`` to ``actors`` actor processes each, alternating
+    push by push (same load); keyed by (path, dtype)."""
     with tempfile.TemporaryDirectory() as tmp:
-        groups = {"old": PushGroup(actors, True, tmp), "new": PushGroup(actors, False, tmp)}
+        groups = {("old", "float32"): PushGroup(actors, True, tmp)}
+        groups.update({("new", dtype): PushGroup(actors, False, tmp, dtype) for dtype in dtypes})
         for group in groups.values():
             group.wait_ready()
-        times: dict[str, list[dict[str, float]]] = {name: [] for name in groups}
+        times: dict[tuple[str, str], list[dict[str, float]]] = {key: [] for key in groups}
         for version in range(1, repeats + 2):  # the first push of each warms up (page cache, /dev/shm, sockets)
-            for name, group in groups.items():
+            for key, group in groups.items():
                 result = group.push(folder, version)
                 if version > 1:
-                    times[name].append(result)
+                    times[key].append(result)
         for group in groups.values():
             group.close()
     return times
 
 
-def print_side_by_side(times: dict[str, list[dict[str, float]]], actors: int) -> None:
-    """Best of N (and every push), then the median of each stage."""
+def print_side_by_side(times: dict[tuple[str, str], list[dict[str, float]]], actors: int) -> None:
+    """One row per (path, dtype): median and best of N (every push), the median of each stage, ratio to old."""
     print(f"   {actors} actor{'s' if actors > 1 else ''}, publish -> the last holds the checked version:")
-    for name, label in (("old", "before (read+hash+join, recv to bytes, hash, write)"),
-                        ("new", "after (mmap + hash, recv_into + hash + write per chunk)")):
-        totals = [1000 * t["total"] for t in times[name]]
-        stages = ", ".join(f"{stage} {1000 * float(np.median([t[stage] for t in times[name]])):.0f}"
+    print(f"     {'path':<5} {'dtype':<9} {'MB':>4} {'median':>7} {'best':>5} {'/ old':>6}  "
+          "pushes (ms); median stages (ms)")
+    old = float(np.median([t["total"] for t in times[("old", "float32")]]))
+    for (path, dtype), pushes in times.items():
+        totals = [1000 * t["total"] for t in pushes]
+        stages = ", ".join(f"{stage} {1000 * float(np.median([t[stage] for t in pushes])):.0f}"
                            for stage in ("pack", "first header", "receive", "check + write"))
-        print(f"     {label:<66} {min(totals):5.0f} ms best of {len(totals)} "
-              f"({', '.join(f'{t:.0f}' for t in totals)}); median stages ms: {stages}", flush=True)
-    ratio = float(np.median([t["total"] for t in times["new"]]) / np.median([t["total"] for t in times["old"]]))
-    print(f"     after / before (medians): {ratio:.2f}", flush=True)
+        median = float(np.median(totals))
+        print(f"     {path:<5} {dtype:<9} {pushes[0]['MB']:4.0f} {median:5.0f} ms {min(totals):5.0f} "
+              f"{median / 1000 / old:6.2f}  {', '.join(f'{t:.0f}' for t in totals)}; {stages}", flush=True)
 
 
 def push_ray(folder: Path, actors: int, pack: Any = pack_weights) -> float:
@@ -339,6 +352,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="weight pushes timed per path (after one warm-up)")
     parser.add_argument("--parts", default="ingest,push,scaling", help="which of the three measurements to run")
     parser.add_argument("--push-actors", default="4", help="actor counts of the weight push (e.g. 1,4)")
+    parser.add_argument("--push-dtypes", default="float32,float16",
+                        help="what today's path sends floating weights as (learner.push_dtype), e.g. float32,bfloat16")
     parser.add_argument("--weights-only", action="store_true", help="only the weight push (= --parts push)")
     args = parser.parse_args()
     if args.weights_only:
@@ -364,10 +379,16 @@ def main() -> None:
         folder = _weights_folder(Path(tmp), 10_000_000)
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
         if "push" in parts:
+            import torch
+
+            torch.set_num_threads(1)  # as the learner (learner.num_threads: 1), which narrows the weights
             print(f"\n2. weight push, 10 M parameters ({size:.0f} MB), TCP, old path and today's side by side "
                   f"(pushes alternate; load average now {os.getloadavg()[0]:.2f})")
+            for path, what in PATHS.items():
+                print(f"   {path}: {what}")
             for n in [int(a) for a in args.push_actors.split(",")]:
-                print_side_by_side(push_side_by_side(folder, n, args.repeats), n)
+                print_side_by_side(push_side_by_side(folder, n, args.repeats, args.push_dtypes.split(",")), n)
+            print(f"   load average after: {os.getloadavg()[0]:.2f}")
         if use_ray and "push" in parts:
             for label, pack in (("before", legacy_pack_weights), ("after", pack_weights)):
                 rr = [push_ray(folder, 4, pack) for _ in range(args.repeats)]

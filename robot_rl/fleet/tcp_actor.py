@@ -2,7 +2,8 @@
 
 An actor proves the run's secret, learns how far the learner's checkpoint holds its batches, re-sends the
 rest from its :class:`~robot_rl.fleet.delivery.Outbox`, streams new batches and takes the weights the
-learner pushes (sizes and hashes checked, written as ``v<N>/`` for the usual follower). A lost link is
+learner pushes (sizes and hashes checked, written as ``v<N>/`` for the usual follower, whose loader casts a
+float16 or bfloat16 push back into the float32 network). A lost link is
 re-dialled with backoff (:class:`~robot_rl.fleet.reconnect.Reconnect`); plaintext off loopback is refused
 unless explicitly allowed (:func:`~robot_rl.fleet.security.check_transport`).
 """

@@ -13,7 +13,8 @@ while (:class:`~robot_rl.fleet.security.RefusalLimiter`). Plaintext on a non-loo
 both ends unless explicitly allowed (:func:`~robot_rl.fleet.security.check_transport`).
 
 Weights go the other way on the same connection: the learner maps and hashes each published version once
-(:class:`~robot_rl.fleet.wire.WeightsPacker`) and every actor's writer thread sends the newest one it has
+(:class:`~robot_rl.fleet.wire.WeightsPacker`; re-encoded once in float16 or bfloat16 with ``learner.push_dtype``,
+:mod:`robot_rl.fleet.push_dtype`) and every actor's writer thread sends the newest one it has
 not sent yet from those same mappings (a slow link skips versions instead of queueing them); the actor
 hashes and writes the payload chunk by chunk as it arrives and renames the checked ``v<N>/`` into its own
 weights folder (:func:`~robot_rl.fleet.wire.receive_weights`), where the usual follower swaps it in between

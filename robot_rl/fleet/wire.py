@@ -29,7 +29,7 @@ import socket
 import ssl
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,19 +258,29 @@ class WeightsRefused(FrameError):
     """A weights frame that is inconsistent (names, sizes, hashes) or cannot be written; its bytes were all read."""
 
 
-def map_weights(folder: str | Path, version: int) -> tuple[dict[str, Any], list[memoryview]]:
+def map_weights(folder: str | Path, version: int, dtype: str = "float32",
+                exact: Collection[str] = ()) -> tuple[dict[str, Any], list[memoryview]]:
     """A published ``v<N>/`` folder as a weights frame's header and payload parts: its files, memory-mapped.
 
     Nothing is copied: the SHA-256 reads the page cache, and sending reads it again. A published folder is never
-    rewritten (a new version is a new folder), and a mapping outlives the pruning of its file.
+    rewritten (a new version is a new folder), and a mapping outlives the pruning of its file. With a ``dtype``
+    other than float32, each safetensors file is re-encoded in memory with its floating tensors in ``dtype``
+    but those named in ``exact`` (:func:`~robot_rl.fleet.push_dtype.narrow_safetensors`).
     """
     files, parts = [], []
     for path in sorted(Path(folder).iterdir()):
         if path.is_file() and WEIGHT_FILE.match(path.name):
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                data = memoryview(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else b"")
-            files.append({"name": path.name, "size": size, "sha256": hashlib.sha256(data).hexdigest()})
+            if dtype != "float32" and path.suffix == ".safetensors":
+                from robot_rl.fleet.push_dtype import narrow_safetensors  # torch: the learner's side only
+
+                encoded, digest = narrow_safetensors(path, dtype, exact)  # hashed as it is written
+                data = memoryview(encoded)
+            else:
+                with open(path, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    data = memoryview(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else b"")
+                digest = hashlib.sha256(data).hexdigest()
+            files.append({"name": path.name, "size": data.nbytes, "sha256": digest})
             parts.append(data)
     return {"type": "weights", "version": int(version), "files": files}, parts
 
@@ -282,10 +292,17 @@ def pack_weights(folder: str | Path, version: int) -> tuple[dict[str, Any], byte
 
 
 class WeightsPacker:
-    """The newest published version, read and hashed once however many actors and transports (TCP, Ray) take it."""
+    """The newest published version, read and hashed once however many actors and transports (TCP, Ray) take it.
 
-    def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder)
+    ``dtype``: what floating tensors travel as (``learner.push_dtype``); ``exact(v<N> folder)``: the tensor names
+    that keep their type anyway (a policy's buffers), asked for each version packed in a narrower type.
+    """
+
+    def __init__(self, folder: str | Path, dtype: str = "float32",
+                 exact: Callable[[Path], Collection[str]] | None = None) -> None:
+        from robot_rl.fleet.push_dtype import check_push_dtype
+
+        self.folder, self.dtype, self.exact = Path(folder), check_push_dtype(dtype), exact
         self._packed: tuple[int, dict[str, Any], list[memoryview]] | None = None
         self._lock = threading.Lock()
 
@@ -293,7 +310,9 @@ class WeightsPacker:
         """``folder/v<version>`` as a weights frame (:func:`map_weights`), mapped and hashed on the first call only."""
         with self._lock:
             if self._packed is None or self._packed[0] != version:
-                self._packed = (version, *map_weights(self.folder / f"v{version}", version))
+                folder = self.folder / f"v{version}"
+                exact = self.exact(folder) if self.exact is not None and self.dtype != "float32" else ()
+                self._packed = (version, *map_weights(folder, version, self.dtype, exact))
             return self._packed[1], self._packed[2]
 
 

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from robot_rl.core.config import load_config
 from robot_rl.core.transition import Transition
 from robot_rl.core.transition_columns import decode_transitions, encode_transitions
 from robot_rl.fleet.delivery import Inbox, read_commit, write_commit
@@ -59,6 +60,8 @@ from robot_rl.learners.buffers import ReplayBuffer, truncate_saved
 from robot_rl.learners.deployment_gate import Decision, GatedPublisher
 from robot_rl.learners.online_config import OnlineConfig
 from robot_rl.learners.task_success import episode_succeeded, observed_success
+from robot_rl.policies import get_policy_class
+from robot_rl.policies.base import META_FILE, PolicySpec, read_metadata
 from robot_rl.runtime.weights import WeightsPublisher
 
 
@@ -151,6 +154,18 @@ def check_identity(cfg: OnlineConfig, checkpoint: Path, resuming: bool) -> None:
     os.replace(tmp, file)
 
 
+def policy_buffers(folder: Path) -> frozenset[str]:
+    """State-dict names of the buffers (normaliser statistics) of the policy published in ``folder``.
+
+    Built from its ``policy.json`` on the meta device (nothing allocated); CheckpointError for a broken folder.
+    """
+    meta = read_metadata(folder)
+    klass = get_policy_class(meta["type"])
+    with torch.device("meta"):
+        probe = klass(load_config(klass.config_cls, meta["config"]), PolicySpec.from_json(meta["spec"]))
+    return frozenset(probe.state_dict()) - {name for name, _ in probe.named_parameters()}
+
+
 def make_algorithm(cfg: OnlineConfig, checkpoint: Path) -> LearnerAlgorithm:
     """The learner side of the algorithm ``cfg.learner.algorithm`` names, resumed from ``checkpoint`` if it has one."""
     algorithm: LearnerAlgorithm = registry.of(cfg.learner).make_learner(cfg, checkpoint)
@@ -186,8 +201,10 @@ class OnlineLearner:
         self.algorithm.steps.balance_tasks = len(cfg.fleet.tasks) > 1
         self.publisher = WeightsPublisher(self.run_dir / "weights", keep=cfg.learner.keep_versions,
                                           marker=self.algorithm.marker)
-        self.packer = WeightsPacker(self.run_dir / "weights")
-        """Each version as a weights frame, read and hashed once for the TCP actors and Ray's object store."""
+        self.packer = WeightsPacker(self.run_dir / "weights", cfg.learner.push_dtype, self._exact_tensors)
+        """Each version as a weights frame (floating tensors in ``learner.push_dtype``), read and hashed once for
+        the TCP actors and Ray's object store."""
+        self._buffers: frozenset[str] | None = None
         self._stop = False
         self._last_ckpt = time.monotonic()
         self._last_publish = self.updates
@@ -426,6 +443,12 @@ class OnlineLearner:
         if self.tcp is not None and version > 0:
             header, payload = self.packer.frame(version)
             self.tcp.broadcast(version, header, payload)
+
+    def _exact_tensors(self, folder: Path) -> frozenset[str]:
+        """What a narrower push sends as it is: a published policy's buffers (found in the first version packed)."""
+        if self._buffers is None:
+            self._buffers = policy_buffers(folder) if self.algorithm.marker == META_FILE else frozenset()
+        return self._buffers
 
     def status(self) -> dict[str, Any]:
         """The learner's counters for ``robot-rl online status`` (``task_steps``: stored steps per task)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from robot_rl.core.device import check_device_name
+from robot_rl.fleet.push_dtype import check_push_dtype
 from robot_rl.fleet.transport import PENDING_LIMIT, SEND_QUEUE
 from robot_rl.fleet.wire import CONFIG_FILE, parse_address
 from robot_rl.learners.algorithms import registry
@@ -114,6 +115,14 @@ class LearnerConfig:
     """Checkpoint (weights, optimizer, buffers) at most this often; always at exit."""
     keep_versions: int = 3
     """Published weight versions kept on disk (older ones are pruned); raise it to evaluate a learning curve."""
+    push_dtype: str = "float32"
+    """What floating weights travel to TCP and Ray actors as: ``float32`` (as published), ``float16`` or
+    ``bfloat16``: half the bytes for every actor to receive, hash and write (40 MB to 4 actors on 2 cores in
+    ~90 ms instead of ~155 ms; benchmarks/README.md, Weight push). Actors load them into their float32 networks,
+    so the deployed policy acts with rounded weights: on pick-and-lift a flow policy's actions moved by at most
+    2e-3 (float16) and 1e-2 (bfloat16) in [-1, 1]; buffers (normaliser statistics) and integers go as they are.
+    Built-in algorithms only (a plug-in's actors may not cast what they load). The learner's published folder
+    (this machine's actors, checkpoints, the deployment gate) stays float32."""
     capacity: int = 1_000_000
     """Transitions kept in the all-steps buffer (the record of the run)."""
     num_threads: int = 1
@@ -136,6 +145,11 @@ class LearnerConfig:
             raise ValueError("update_to_data and checkpoint_every_s must be > 0")
         if self.capacity < 1 or self.num_threads < 1 or self.keep_versions < 1:
             raise ValueError("capacity, num_threads and keep_versions must be >= 1")
+        check_push_dtype(self.push_dtype)
+        if self.push_dtype != "float32" and entry.module not in registry.BUILTIN:
+            raise ValueError(f"push_dtype: {self.push_dtype} is for the built-in algorithms, whose actors load the "
+                             f"weights into float32 networks; {self.algorithm!r} (from {entry.module}) publishes its "
+                             "own files, which its actors may not cast: push float32")
 
 
 @dataclass
