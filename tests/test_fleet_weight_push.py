@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from safetensors.numpy import save_file
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import load_file
 
+from robot_rl.align.pipeline import one_torch_thread
 from robot_rl.fleet.tcp_transport import TcpTransitionServer
 from robot_rl.fleet.wire import (
     MAGIC,
@@ -215,17 +215,6 @@ ACTION_BOUNDS = {"float16": (5e-3, 5e-4), "bfloat16": (4e-2, 4e-3)}
 """(max, mean) |action difference| allowed: measured 1.4e-3 / 1.2e-4 and 9.6e-3 / 9.9e-4 (flow, 300 updates)."""
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """torch on one thread: for a small network a second one only waits for the first on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def pick_lift_flow(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
     """A flow policy of config/policies/flow_pick_lift.yaml's shapes fitted to expert steps, published as v1.
@@ -248,7 +237,7 @@ def pick_lift_flow(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     policy.set_stats(data.stats())
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3)
     rng = np.random.default_rng(0)
-    with one_thread():
+    with one_torch_thread():
         for _ in range(60):  # weights away from their initialisation
             loss, _ = policy.compute_loss(data.sample(64, rng))
             optimizer.zero_grad()
@@ -285,7 +274,7 @@ def test_a_narrow_push_loads_into_the_float32_policy_with_its_buffers_exact(
 
     reference, deployed = Policy.load(learner / "v1"), Policy.load(got)
     assert all(t.dtype in (torch.float32, torch.bool) for t in deployed.state_dict().values())
-    with one_thread():
+    with one_torch_thread():
         want = reference.predict_chunk(obs, generator=torch.Generator().manual_seed(5))
         diff = np.abs(deployed.predict_chunk(obs, generator=torch.Generator().manual_seed(5)) - want)
     worst, mean = ACTION_BOUNDS[dtype]
