@@ -8,12 +8,14 @@ import os
 import resource
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from robot_rl.cli.main import restore_interrupt
+from robot_rl.core.scheduling import set_schedule, thread_schedules
 from robot_rl.ros.isolation import isolated_ros_env
 
 # Claimed once per test run (a file lock held for the whole pytest process); every subprocess a test
@@ -54,6 +56,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
         rank = {path: -seconds.get(path, UNKNOWN_MODULE_S) for path in {item.nodeid.split("::")[0] for item in items}}
         items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: file order within a module
+
+
+_REALTIME_POLICIES = {getattr(os, name) for name in ("SCHED_FIFO", "SCHED_RR") if hasattr(os, name)}
+_STARTED_REALTIME = os.sched_getscheduler(0) in _REALTIME_POLICIES if hasattr(os, "sched_getscheduler") else True
+
+
+@pytest.fixture(autouse=True)
+def _test_process_keeps_normal_scheduling() -> Iterator[None]:
+    """A test that leaves this process on real-time scheduling fails (and the threads are put back): every
+    later test, and every process started from here, would inherit it. (SVT-AV1 did, as root: FIFO 99.)"""
+    yield
+    if _STARTED_REALTIME:
+        return
+    raised = {tid: s for tid, s in thread_schedules().items() if s[0] in _REALTIME_POLICIES}
+    for tid in raised:
+        set_schedule(tid, (os.SCHED_OTHER, 0))
+    if raised:
+        pytest.fail(f"{len(raised)} thread(s) of the test process left on real-time scheduling "
+                    f"(policy, priority): {sorted(set(raised.values()))}", pytrace=False)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from helpers.fuzz import record_fault  # noqa: E402
 from helpers.ports import free_udp_ports  # noqa: E402
 from helpers.ros_spin import spin_until  # noqa: E402
+from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -89,6 +90,9 @@ def test_unitree_bridge_sigkill_robot_damps_itself_and_a_restarted_bridge_ramps_
             def on_diag(msg: DiagnosticArray) -> None:
                 diag.extend((time.monotonic(), s.message) for s in msg.status if s.name == "robot_rl/unitree_bridge")
             node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+            heard: list[float] = []  # joint_states, as the safety node hears them (best effort matches any QoS)
+            node.create_subscription(JointState, "/joint_states", lambda _: heard.append(time.monotonic()),
+                                     qos_profile_sensor_data)
             pub = node.create_publisher(JointState, "/target_joint", 10)
             reset = node.create_client(Trigger, "/safety/reset")
             target = g1.STAND_Q.copy()
@@ -121,12 +125,20 @@ def test_unitree_bridge_sigkill_robot_damps_itself_and_a_restarted_bridge_ramps_
                 restarted = time.monotonic()
                 # joint_states stopped with the bridge, so the safety node latched its e-stop: reset it
                 assert spin(60, lambda: any(t > restarted for t, _ in diag)), again.log("unitree_bridge")
+                # as an operator would: reset once joint_states are back (the safety node refuses while they are
+                # stale, and on a loaded machine the restarted bridge's first state can trail its diagnostics)
+                assert spin(60, lambda: any(t > restarted for t in heard)), again.log("unitree_bridge")
                 assert reset.wait_for_service(timeout_sec=10)
-                for _ in range(5):
+                deadline = time.monotonic() + 30
+                while True:
                     future = reset.call_async(Trigger.Request())
-                    assert spin(10, future.done) and future.result().success
-                    if spin(2, lambda: mode() in ("ramping", "hold")):
+                    assert spin(10, future.done)
+                    answer = future.result()
+                    if answer.success and spin(2, lambda: mode() in ("ramping", "hold")):
                         break
+                    assert time.monotonic() < deadline, (answer.message, diag[-3:])
+                    assert answer.success or "stale topic(s) joint_states" in answer.message, answer.message
+                    spin(0.5, lambda: False)
                 assert mode() in ("ramping", "hold"), diag[-3:]
                 assert spin(10, lambda: mode() == "hold"), diag[-3:]
                 recovered = time.monotonic() - restarted

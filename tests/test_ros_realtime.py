@@ -18,7 +18,8 @@ from robot_rl.ros.realtime import check_priority
 
 PROBE = """
 import json, os, sys, threading, time
-from robot_rl.ros.realtime import process_threads, use_fifo_scheduling
+from robot_rl.core.scheduling import process_threads
+from robot_rl.ros.realtime import use_fifo_scheduling
 
 if sys.argv[2] == "drop":  # an unprivileged user (imports done: nobody cannot read this checkout)
     os.setgid(65534)
@@ -54,13 +55,13 @@ def test_every_thread_goes_on_fifo_or_none_does() -> None:
     Not permitted (an unprivileged user without an rtprio limit): a reason, and no thread changed."""
     granted = _probe(17)
     if granted["why"] is None:
-        assert len(granted["policies"]) == 3 and set(granted["policies"]) == {granted["fifo"]}
+        assert len(granted["policies"]) >= 3 and set(granted["policies"]) == {granted["fifo"]}
         assert granted["prio"] == 17
     else:
         assert "not permitted" in granted["why"] and granted["fifo"] not in granted["policies"]
     if os.geteuid() != 0:
         pytest.skip("dropping to an unprivileged user needs root")
-    refused = _probe(17, as_nobody=True)
+    refused = _probe(17, as_nobody=True)  # started on normal scheduling: the suite checks it keeps that
     assert "not permitted" in refused["why"] and "rtprio" in refused["why"], refused
     assert refused["fifo"] not in refused["policies"] and refused["prio"] == 0
 

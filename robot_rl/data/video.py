@@ -2,7 +2,9 @@
 
 LeRobot v3 stores each camera as one long video per file, episodes one after another; frame ``i`` of the
 file has presentation time ``i / fps`` exactly (time base 1/fps), which is what LeRobot's loaders expect.
-AV1 (``libsvtav1``, LeRobot's default) is used when this PyAV build can encode it, else H.264.
+AV1 (``libsvtav1``, LeRobot's default) is used when this PyAV build can encode it, else H.264. SVT-AV1 puts
+its threads and the caller's on SCHED_FIFO 99 when run as root; every call into the encoder is wrapped in
+:class:`~robot_rl.core.scheduling.KeepScheduling`, so a recorder never outranks the robot's controller.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 import av
 import numpy as np
+
+from robot_rl.core.scheduling import KeepScheduling
 
 # Preferred encoders: (PyAV encoder name, codec name in info.json, encoder options).
 ENCODERS: tuple[tuple[str, str, dict[str, str]], ...] = (
@@ -65,16 +69,18 @@ class VideoWriter:
                              f"got {frame.dtype} {frame.shape}")
         vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
         vf.pts = self.frames
-        for packet in self._stream.encode(vf):
-            self.bytes += packet.size
-            self._container.mux(packet)
+        with KeepScheduling():  # the first call opens the encoder and starts its threads
+            for packet in self._stream.encode(vf):
+                self.bytes += packet.size
+                self._container.mux(packet)
         self.frames += 1
 
     def close(self) -> None:
         """Flush the encoder and finish the file."""
-        for packet in self._stream.encode():
-            self._container.mux(packet)
-        self._container.close()
+        with KeepScheduling():
+            for packet in self._stream.encode():
+                self._container.mux(packet)
+            self._container.close()
 
     def __enter__(self) -> VideoWriter:
         return self

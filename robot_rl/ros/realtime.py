@@ -18,6 +18,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from robot_rl.core.scheduling import Schedule, set_schedule, thread_schedules
+
 PRIORITY_RANGE = (1, 98)
 """SCHED_FIFO priorities a node may ask for (99 is the kernel's watchdogs' and migration threads')."""
 
@@ -32,11 +34,6 @@ def check_priority(priority: int) -> int:
     return priority
 
 
-def process_threads() -> list[int]:
-    """Thread ids of this process (Linux)."""
-    return sorted(int(tid) for tid in os.listdir("/proc/self/task"))
-
-
 def use_fifo_scheduling(priority: int) -> str | None:
     """Put every thread of this process on SCHED_FIFO ``priority``; threads started later inherit it.
 
@@ -48,19 +45,15 @@ def use_fifo_scheduling(priority: int) -> str | None:
         return None
     if not hasattr(os, "SCHED_FIFO") or not Path("/proc/self/task").is_dir():
         return "SCHED_FIFO needs Linux"
-    done: list[tuple[int, int, os.sched_param]] = []
+    done: list[tuple[int, Schedule]] = []
     try:
-        for tid in process_threads():
-            try:
-                before = (os.sched_getscheduler(tid), os.sched_getparam(tid))
-                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
-            except ProcessLookupError:  # the thread ended meanwhile
-                continue
-            done.append((tid, *before))
+        for tid, before in thread_schedules().items():
+            set_schedule(tid, (os.SCHED_FIFO, priority))  # a thread that ended meanwhile is skipped
+            done.append((tid, before))
     except PermissionError:
-        for tid, policy, param in done:  # all or nothing
+        for tid, before in done:  # all or nothing
             with contextlib.suppress(OSError):
-                os.sched_setscheduler(tid, policy, param)
+                set_schedule(tid, before)
         return (f"SCHED_FIFO {priority} not permitted: run with CAP_SYS_NICE or give the user an rtprio limit "
                 "(limits.conf: '@realtime - rtprio 98')")
     return None

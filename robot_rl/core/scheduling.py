@@ -1,0 +1,104 @@
+"""The scheduling policy of a process's threads: read it, and keep libraries from changing it behind our back.
+
+SVT-AV1 (LeRobot's default video encoder, bundled with PyAV) puts the thread that opens an encoder and every
+worker thread it starts on SCHED_FIFO 99 when the process runs as root, as it often does on a robot or in a
+container (measured with PyAV 16 / SVT-AV1 4.1: all 21 threads of a process at FIFO 99 after encoding five
+frames). A recorder or an exporter would then outrank the controller, the DDS threads and the kernel's own
+threads, and every process it starts afterwards (a learner, actors) would inherit FIFO 99.
+:class:`KeepScheduling` puts threads back: those that existed keep what they had, new ones get the caller's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import threading
+from types import TracebackType
+from typing import Any
+
+Schedule = tuple[int, int]
+"""(policy, priority) of a thread, as ``os.sched_getscheduler`` / ``os.sched_getparam`` report them."""
+
+
+def process_threads() -> list[int]:
+    """Thread ids of this process (Linux; an empty list elsewhere)."""
+    try:
+        return sorted(int(tid) for tid in os.listdir("/proc/self/task"))
+    except OSError:
+        return []
+
+
+def thread_schedules() -> dict[int, Schedule]:
+    """Every thread's (policy, priority); threads that end while being read are left out."""
+    out: dict[int, Schedule] = {}
+    for tid in process_threads():
+        try:
+            out[tid] = (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
+        except OSError:
+            continue
+    return out
+
+
+def _pthread_setschedparam() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.pthread_setschedparam
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_ulong, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SETSCHEDPARAM = _pthread_setschedparam()
+
+
+def set_schedule(tid: int, schedule: Schedule) -> None:
+    """Put thread ``tid`` on ``schedule`` (a thread that has ended meanwhile is ignored).
+
+    A Python thread goes through ``pthread_setschedparam``: glibc caches a thread's policy once it was set that
+    way and hands the cached value to the threads it starts, and libraries read it back (Fast DDS applies it
+    to each thread it starts); a bare ``sched_setscheduler`` would leave that cache stale (after SVT-AV1 had
+    raised the caller, every DDS thread started later went to FIFO 99). Other threads take the system call.
+    """
+    policy, priority = schedule
+    handle = next((t.ident for t in threading.enumerate() if t.native_id == tid and t.ident), None)
+    if handle is not None and _SETSCHEDPARAM is not None:
+        error = _SETSCHEDPARAM(handle, policy, ctypes.byref(ctypes.c_int(priority)))
+        if error == errno.EPERM:
+            raise PermissionError(error, os.strerror(error))
+        if error not in (0, errno.ESRCH):
+            raise OSError(error, os.strerror(error))
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.sched_setscheduler(tid, policy, os.sched_param(priority))
+
+
+class KeepScheduling:
+    """A block in which a library may change scheduling; on leaving it, every thread is put back.
+
+    Threads that existed get what they had, threads started inside get the calling thread's. Cheap when
+    nothing changed: one read of each thread before and after.
+    """
+
+    def __init__(self) -> None:
+        self.changed = 0
+        """Threads put back so far."""
+
+    def __enter__(self) -> KeepScheduling:
+        self._caller = threading.get_native_id()
+        self._before = thread_schedules() if hasattr(os, "sched_getscheduler") else {}
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if not self._before:
+            return
+        mine = self._before.get(self._caller, (os.SCHED_OTHER, 0))
+        for tid, schedule in thread_schedules().items():
+            wanted = self._before.get(tid, mine)
+            if schedule != wanted:
+                set_schedule(tid, wanted)
+                self.changed += 1

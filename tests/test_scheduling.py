@@ -1,0 +1,70 @@
+"""Threads keep their scheduling: a library that raises it (SVT-AV1 as root: SCHED_FIFO 99) is put back, so a
+recorder or exporter never outranks the robot's controller, nor passes FIFO 99 on to the processes it starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from robot_rl.data.video import pick_encoder
+
+WRITE = """
+import json, os, sys
+import numpy as np
+from robot_rl.core.scheduling import thread_schedules
+from robot_rl.data.video import VideoWriter
+
+if sys.argv[1] != "0":  # the caller on real-time priority (a recorder launched with realtime_priority)
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(sys.argv[1])))
+before = thread_schedules()
+seen = set()
+with VideoWriter(sys.argv[2], 10, 48, 64, "libsvtav1") as writer:
+    for i in range(5):
+        writer.add(np.full((48, 64, 3), 40 * i, np.uint8))
+        seen |= set(thread_schedules().values())
+after = thread_schedules()
+try:  # native threads started afterwards (Fast DDS applies the policy glibc cached for the thread starting it)
+    import rclpy
+    rclpy.init()
+    node = rclpy.create_node("after_export")
+    dds = sorted(set(thread_schedules().values()))
+    node.destroy_node()
+    rclpy.shutdown()
+except ImportError:
+    dds = None
+child = os.fork()  # a process started after the export: what it inherits
+if child == 0:
+    os._exit(os.sched_getscheduler(0) * 100 + os.sched_getparam(0).sched_priority)
+_, status = os.waitpid(child, 0)
+print(json.dumps({"before": sorted(set(before.values())), "seen": sorted(seen), "after": sorted(set(after.values())),
+                  "threads": [len(before), len(after)], "child": os.waitstatus_to_exitcode(status), "dds": dds,
+                  "other_before": sum(v == (0, 0) for v in before.values()),
+                  "other_after": sum(v == (0, 0) for v in after.values())}))
+"""
+
+
+def _write(priority: int, path: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", WRITE, str(priority), path], capture_output=True, text=True,
+                         timeout=120, check=True, env=dict(os.environ, SVT_LOG="0"))
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="SVT-AV1 raises thread priorities only as root")
+def test_svt_av1_encoding_leaves_every_thread_on_the_callers_scheduling(tmp_path) -> None:
+    try:
+        pick_encoder("libsvtav1")
+    except RuntimeError:
+        pytest.skip("this PyAV build has no SVT-AV1 encoder")
+    plain = _write(0, str(tmp_path / "plain.mp4"))
+    assert plain["threads"][1] > plain["threads"][0]  # the encoder started its worker threads
+    assert plain["before"] == plain["seen"] == plain["after"] == [[os.SCHED_OTHER, 0]], plain
+    assert plain["child"] == os.SCHED_OTHER * 100 and plain["dds"] in (None, [[os.SCHED_OTHER, 0]]), plain
+    # a real-time caller: its encoder threads at its priority, not 99; the threads that were there keep theirs
+    rt = _write(10, str(tmp_path / "rt.mp4"))
+    assert rt["seen"] == rt["after"] == [[os.SCHED_OTHER, 0], [os.SCHED_FIFO, 10]], rt
+    assert rt["other_after"] == rt["other_before"] and rt["threads"][1] > rt["threads"][0], rt
+    assert rt["child"] == os.SCHED_FIFO * 100 + 10 and rt["dds"] in (None, rt["after"]), rt
