@@ -51,6 +51,7 @@ import rclpy  # noqa: E402
 from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 
+from robot_rl.core.scheduling import thread_schedules  # noqa: E402
 from robot_rl.ros.conversions import stamp_to_ns  # noqa: E402
 
 SHM = REPO / "config" / "fastdds_shm.xml"
@@ -147,15 +148,6 @@ def _proc_status(pid: int) -> tuple[int, float]:
     return faults, rss / 1024
 
 
-def _fifo_threads(pid: int, any_policy: bool = False) -> int:
-    """Threads of a live process on SCHED_FIFO (policy field of /proc/<pid>/task/<tid>/stat), or all threads."""
-    count = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        policy = int(Path(task, "stat").read_text().rsplit(")", 1)[1].split()[38])
-        count += any_policy or policy == os.SCHED_FIFO
-    return count
-
-
 def path_round(path: str, video: Path, seconds: float, priority: int) -> dict[str, Any]:
     """One camera process and one CameraInput process for ``path``: latencies (ms), page faults per frame
     (camera, subscriber) and the camera's resident memory."""
@@ -173,7 +165,7 @@ def path_round(path: str, video: Path, seconds: float, priority: int) -> dict[st
         if line.strip() != "start":
             raise RuntimeError(f"{path}: the subscriber got no frames ({line.strip()!r})")
         faults0 = _proc_status(cam.pid)[0]
-        if path == "new+fifo" and _fifo_threads(cam.pid) != _fifo_threads(cam.pid, any_policy=True):
+        if path == "new+fifo" and {policy for policy, _ in thread_schedules(cam.pid).values()} != {os.SCHED_FIFO}:
             raise RuntimeError("the camera node did not get SCHED_FIFO (see its realtime_priority warning)")
         result = json.loads(sub.stdout.readline())
         faults1, rss = _proc_status(cam.pid)

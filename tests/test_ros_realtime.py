@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 import pytest
 
+from robot_rl.core.scheduling import thread_schedules
 from robot_rl.ros.realtime import check_priority
 
 PROBE = """
@@ -74,12 +75,6 @@ def _video(path: Path) -> Path:
     return path
 
 
-def _thread_policies(pid: int) -> list[int]:
-    """The scheduling policy of each thread of a live process (field 41 of /proc/<pid>/task/<tid>/stat)."""
-    return [int((task / "stat").read_text().rsplit(")", 1)[1].split()[38])
-            for task in Path(f"/proc/{pid}/task").iterdir()]
-
-
 @pytest.mark.ros
 def test_a_node_launched_with_realtime_priority_runs_every_thread_on_fifo(tmp_path: Path) -> None:
     """camera_node -p realtime_priority:=12 logs it and all its threads (the DDS ones too) are SCHED_FIFO;
@@ -104,7 +99,7 @@ def test_a_node_launched_with_realtime_priority_runs_every_thread_on_fifo(tmp_pa
             assert os.geteuid() != 0 and "not permitted" in text, text
         else:
             assert "real-time scheduling: SCHED_FIFO 12" in text, text
-            policies = _thread_policies(proc.pid)
+            policies = [policy for policy, _ in thread_schedules(proc.pid).values()]
             assert len(policies) > 1 and set(policies) == {os.SCHED_FIFO}, policies
         assert proc.poll() is None, text  # refused or granted, the camera keeps running
     finally:

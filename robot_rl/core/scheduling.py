@@ -22,18 +22,18 @@ Schedule = tuple[int, int]
 """(policy, priority) of a thread, as ``os.sched_getscheduler`` / ``os.sched_getparam`` report them."""
 
 
-def process_threads() -> list[int]:
-    """Thread ids of this process (Linux; an empty list elsewhere)."""
+def process_threads(pid: int | None = None) -> list[int]:
+    """Thread ids of process ``pid`` (default: this one; Linux; an empty list elsewhere or once it ended)."""
     try:
-        return sorted(int(tid) for tid in os.listdir("/proc/self/task"))
+        return sorted(int(tid) for tid in os.listdir(f"/proc/{'self' if pid is None else pid}/task"))
     except OSError:
         return []
 
 
-def thread_schedules() -> dict[int, Schedule]:
-    """Every thread's (policy, priority); threads that end while being read are left out."""
+def thread_schedules(pid: int | None = None) -> dict[int, Schedule]:
+    """Every thread's (policy, priority) of process ``pid`` (default: this one), ended threads left out."""
     out: dict[int, Schedule] = {}
-    for tid in process_threads():
+    for tid in process_threads(pid):
         try:
             out[tid] = (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
         except OSError:
@@ -83,10 +83,6 @@ class KeepScheduling:
     nothing changed: one read of each thread before and after.
     """
 
-    def __init__(self) -> None:
-        self.changed = 0
-        """Threads put back so far."""
-
     def __enter__(self) -> KeepScheduling:
         self._caller = threading.get_native_id()
         self._before = thread_schedules() if hasattr(os, "sched_getscheduler") else {}
@@ -101,4 +97,3 @@ class KeepScheduling:
             wanted = self._before.get(tid, mine)
             if schedule != wanted:
                 set_schedule(tid, wanted)
-                self.changed += 1

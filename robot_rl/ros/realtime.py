@@ -3,7 +3,7 @@
 A camera frame crosses two processes (camera node -> subscriber) and several threads in each (the Python
 thread, the DDS receive threads). On a loaded machine each hop waits for a core behind whatever else runs:
 measured with benchmarks/ros_transport.py --compare, 640x480 rgb8 at 30 Hz under two busy loops on 2
-cores, p99 latency 9.2 ms with the default scheduler and 2.7 ms with both processes on SCHED_FIFO 20.
+cores, p99 latency 8.7 ms with the default scheduler and 2.6 ms with both processes on SCHED_FIFO 20.
 This is what ros2_control does for its control thread (its ``thread_priority`` parameter, SCHED_FIFO 50).
 
 SCHED_FIFO threads run before every normal thread until they block; the kernel keeps 5 % of each second
