@@ -89,18 +89,27 @@ def module_seconds(rows: list[dict]) -> dict[str, float]:
 
 def schedule(rows: list[dict]) -> dict:
     """What the machine share did in one parallel run: span, busy time per worker, realtime time, and the
-    tests that overlapped a test holding the machine (there must be none)."""
+    tests that overlapped a test they must not run beside (there must be none): another realtime test, or,
+    when realtime tests had the machine to themselves (share "exclusive"), any test beside a ``machine`` one."""
     span = max(r["start"] + r["wall"] for r in rows) - min(r["start"] for r in rows)
     busy: dict[str, float] = {}
     for row in rows:
         busy[row["worker"]] = busy.get(row["worker"], 0.0) + row["wall"]
     machine = [r for r in rows if r.get("realtime") == "machine"]
-    overlaps = [(a["test"], b["test"]) for a in machine for b in rows if b is not a and b["worker"] != a["worker"]
-                and b["start"] < a["start"] + a["wall"] and a["start"] < b["start"] + b["wall"]]
-    return {"span_s": round(span), "busy_s": {w: round(v) for w, v in sorted(busy.items())},
+    shares = sorted({str(r.get("share")) for r in rows})
+
+    def apart(a: dict, b: dict) -> bool:
+        if b.get("realtime") is not None:
+            return True
+        return a.get("realtime") == "machine" and a.get("share", "exclusive") != "background"
+
+    realtime = [r for r in rows if r.get("realtime") is not None]
+    overlaps = [(a["test"], b["test"]) for a in realtime for b in rows if b is not a and b["worker"] != a["worker"]
+                and apart(a, b) and b["start"] < a["start"] + a["wall"] and a["start"] < b["start"] + b["wall"]]
+    return {"span_s": round(span), "share": shares, "busy_s": {w: round(v) for w, v in sorted(busy.items())},
             "realtime_machine_s": round(sum(r["wall"] for r in machine)),
             "realtime_beside_s": round(sum(r["wall"] for r in rows if r.get("realtime") == "beside")),
-            "overlapping_machine_tests": overlaps[:10]}
+            "overlapping_tests": overlaps[:10]}
 
 
 def main() -> int:

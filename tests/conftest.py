@@ -15,7 +15,13 @@ import numpy as np
 import pytest
 
 from robot_rl.cli.main import restore_interrupt
-from robot_rl.core.scheduling import set_schedule, thread_schedules
+from robot_rl.core.scheduling import (
+    autogroup_effective,
+    own_autogroup,
+    set_autogroup_nice,
+    set_schedule,
+    thread_schedules,
+)
 from robot_rl.ros.isolation import isolated_ros_env
 
 # Claimed once per test run (a file lock held for the whole pytest process); every subprocess a test
@@ -41,7 +47,7 @@ UNKNOWN_MODULE_S = 10.0
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``extended`` tests are ``slow`` too (``-m "not slow"`` is the fast tier). ``ros``, ``robot_dds`` and
     ``ray`` tests are ``realtime`` unless they say otherwise: they start processes that run on the wall clock, and
-    under pytest-xdist they run with the machine to themselves (``_MachineShare``), which also keeps two Ray
+    under pytest-xdist they get the CPU first and never run beside each other (``_MachineShare``), which keeps two Ray
     clusters (each on the dashboard's fixed port) or two robots on one DDS domain (Unitree: 0) from meeting.
     ``--dist loadfile`` keeps a module's tests on one worker, in file order, so module fixtures are built once
     and tests that continue a module's story (one vehicle, one graph) see it whole; modules are handed out
@@ -89,9 +95,10 @@ def fuzz_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 MACHINE, BESIDE, NONE = "machine", "beside", "none"
-"""``realtime`` modes: ``realtime`` (= ``realtime("machine")``) has the machine to itself; ``realtime("beside")``
-waits on the wall clock with little CPU of its own (a vendor client flying an emulator): it runs beside
-ordinary tests but never beside another realtime test; ``realtime("none")`` opts a ``ros`` test out (in-process
+"""``realtime`` modes: ``realtime`` (= ``realtime("machine")``) has the machine to itself, or with background
+sharing runs beside ordinary tests that take only what it leaves; ``realtime("beside")`` waits on the wall clock
+with little CPU of its own (a vendor client flying an emulator): it runs beside ordinary tests either way; neither
+ever runs beside another realtime test; ``realtime("none")`` opts a ``ros`` test out (in-process
 nodes whose callbacks are called directly)."""
 
 
@@ -104,17 +111,25 @@ def realtime_mode(item: pytest.Item) -> str | None:
 
 
 class _MachineShare:
-    """Under pytest-xdist, ``realtime`` tests have the machine to themselves: a test that times a live graph
-    (a 100 Hz log, a vehicle holding altitude, a node noticing a stale topic) fails when another worker's
-    training takes the cores it was promised. A readers-writer lock on one file: every other test holds it
-    shared while it runs (setup, call, teardown); a run of consecutive realtime tests holds it exclusively,
-    from the first one's setup to the last one's teardown (module fixtures included), and a turnstile lock
-    admits waiting realtime workers ahead of new shared holders so they are not starved. ``beside`` tests
-    hold it shared plus a second exclusive lock that keeps them apart from each other."""
+    """Under pytest-xdist, ``realtime`` tests must get the CPU they were promised: a test that times a live
+    graph (a 100 Hz log, a vehicle holding altitude, a node noticing a stale topic) fails when another
+    worker's training takes the cores. Realtime tests never run beside each other (one exclusive lock).
 
-    def __init__(self, stem: Path) -> None:
+    Where autogroups decide CPU shares (:func:`robot_rl.core.scheduling.autogroup_effective`) and this worker
+    may lower its group's nice value again, each worker leads a session of its own and ordinary tests run at
+    autogroup nice 19 (their subprocesses too): beside a realtime test at nice 0 they take only the CPU its
+    graph leaves, so the cores are not idle while a graph waits on the wall clock (``background``).
+    Elsewhere (or with ``ROBOT_RL_TEST_SHARE=exclusive``) a realtime test has the machine to itself: a
+    readers-writer lock on one file, every ordinary test holds it shared while it runs (setup, call,
+    teardown); a run of consecutive realtime tests holds it exclusively, from the first one's setup to the
+    last one's teardown (module fixtures included), and a turnstile lock admits waiting realtime workers
+    ahead of new shared holders so they are not starved. ``beside`` tests hold it shared plus the lock that
+    keeps realtime tests apart."""
+
+    def __init__(self, stem: Path, background: bool) -> None:
         self.main, self.turnstile, self.beside = (os.open(f"{stem}.{name}", os.O_RDWR | os.O_CREAT, 0o600)
                                                   for name in ("main", "turnstile", "beside"))
+        self.background = background
         self.held: str | None = None  # the mode whose locks this worker still holds from the previous test
 
     def before(self, mode: str | None) -> None:
@@ -122,7 +137,14 @@ class _MachineShare:
             if self.held == mode:
                 return
             self.release()
-        if mode == MACHINE:
+        if self.background:
+            if mode is None:
+                set_autogroup_nice(BACKGROUND_NICE)
+            else:
+                fcntl.flock(self.beside, fcntl.LOCK_EX)
+                if not set_autogroup_nice(0):
+                    raise RuntimeError("this worker's autogroup refused nice 0 after accepting it at start")
+        elif mode == MACHINE:
             fcntl.flock(self.turnstile, fcntl.LOCK_EX)
             fcntl.flock(self.main, fcntl.LOCK_EX)
             fcntl.flock(self.turnstile, fcntl.LOCK_UN)
@@ -145,7 +167,18 @@ class _MachineShare:
         self.held = None
 
 
-_share = (_MachineShare(Path(tempfile.gettempdir()) / f"robot_rl-pytest-{os.environ['PYTEST_XDIST_TESTRUNUID']}")
+BACKGROUND_NICE = 19
+
+
+def _background_share() -> bool:
+    """Whether this xdist worker can run ordinary tests in the background (see :class:`_MachineShare`)."""
+    if os.environ.get("ROBOT_RL_TEST_SHARE", "background") == "exclusive" or not autogroup_effective():
+        return False
+    return own_autogroup() and set_autogroup_nice(BACKGROUND_NICE) and set_autogroup_nice(0)
+
+
+_share = (_MachineShare(Path(tempfile.gettempdir()) / f"robot_rl-pytest-{os.environ['PYTEST_XDIST_TESTRUNUID']}",
+                        _background_share())
           if _workers > 1 and os.environ.get("PYTEST_XDIST_TESTRUNUID") else None)
 
 
@@ -170,7 +203,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
                    "cpu": me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime,
                    "cpu_children": kids2.ru_utime + kids2.ru_stime - kids.ru_utime - kids.ru_stime,
                    "slow": item.get_closest_marker("slow") is not None, "realtime": mode,
-                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+                   "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                   "share": None if _share is None else ("background" if _share.background else "exclusive")}
             with open(_cpu_log, "a") as log:
                 log.write(json.dumps(row) + "\n")
     finally:

@@ -69,3 +69,35 @@ def test_svt_av1_encoding_leaves_every_thread_on_the_callers_scheduling(tmp_path
     assert [tuple(s) for s in rt["seen"]] == [tuple(s) for s in rt["after"]] == expected, rt
     assert rt["other_after"] == rt["other_before"] and rt["threads"][1] > rt["threads"][0], rt
     assert rt["child"] == os.SCHED_FIFO * 100 + 10 and rt["dds"] in (None, rt["after"]), rt
+
+
+BUSY = """
+import os, sys, time
+from robot_rl.core.scheduling import autogroup_nice, own_autogroup, set_autogroup_nice
+
+os.sched_setaffinity(0, {0})  # both on one core: they contend
+assert own_autogroup()
+if sys.argv[1] != "0":
+    assert set_autogroup_nice(int(sys.argv[1])) and autogroup_nice() == int(sys.argv[1])
+start, cpu = time.monotonic(), time.process_time()
+while time.monotonic() - start < 2.0:
+    pass
+print(time.process_time() - cpu)
+"""
+
+
+@pytest.mark.realtime
+def test_a_background_autogroup_takes_only_the_cpu_a_foreground_session_leaves() -> None:
+    """The test suite's background share (and any background job beside a graph): a session whose autogroup
+    is at nice 19 gets next to nothing of a core a nice-0 session keeps busy; plain per-process nice would not
+    do this across sessions."""
+    from robot_rl.core.scheduling import autogroup_effective, set_autogroup_nice
+
+    if not autogroup_effective():
+        pytest.skip("autogroups do not decide CPU shares here (disabled, or a CPU cgroup)")
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY, nice], stdout=subprocess.PIPE, text=True)
+             for nice in ("19", "0")]
+    background, foreground = (float(p.communicate(timeout=60)[0]) for p in procs)
+    assert foreground > 1.5 and background < 0.15 * foreground, (background, foreground)
+    with pytest.raises(ValueError, match=r"-20\.\.19"):
+        set_autogroup_nice(20)

@@ -15,6 +15,7 @@ import ctypes
 import errno
 import os
 import threading
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -97,3 +98,68 @@ class KeepScheduling:
             wanted = self._before.get(tid, mine)
             if schedule != wanted:
                 set_schedule(tid, wanted)
+
+
+# --- background processes: the autogroup's nice value --------------------------------------------------------
+# With CONFIG_SCHED_AUTOGROUP each session is one CPU group, and a group's share is set by its own nice value,
+# whatever the nice values of the processes in it: `nice -n 19 trainer` beside a graph started from another
+# session still takes half of a contended core. A background job that must never delay a graph starts its own
+# session and sets the group's nice (`/proc/self/autogroup`); then it takes only what the graph leaves
+# (measured with two single-core loops: 0.05 s vs 2.96 s of CPU in 3 s, and a 1 ms sleeper's worst wake-up
+# 0.1 ms beside it instead of 4 ms beside a nice-0 group).
+
+AUTOGROUP = "/proc/self/autogroup"
+
+
+def autogroup_effective() -> bool:
+    """Whether the autogroup decides this process's CPU share.
+
+    That needs autogroups enabled and this process in the root CPU cgroup (a container's CPU cgroup bypasses them).
+    """
+    try:
+        if Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1":
+            return False
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if ("cpu" in controllers.split(",") or controllers == "") and path.strip() != "/":
+            return False
+    return Path(AUTOGROUP).exists()
+
+
+def autogroup_nice() -> int | None:
+    """This process's autogroup nice value (None where there are no autogroups)."""
+    try:
+        return int(Path(AUTOGROUP).read_text().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def set_autogroup_nice(nice: int) -> bool:
+    """Set the nice value of this process's autogroup (every process of its session), -20..19.
+
+    Raising it is always allowed, lowering it needs CAP_SYS_NICE. False when refused or without autogroups.
+    """
+    if not -20 <= nice <= 19:
+        raise ValueError(f"autogroup nice: expected -20..19, got {nice}")
+    try:
+        Path(AUTOGROUP).write_text(str(nice))
+    except OSError:
+        return False
+    return autogroup_nice() == nice
+
+
+def own_autogroup() -> bool:
+    """Start a session of our own (so a new autogroup) unless this process already leads one.
+
+    False when it cannot: it leads a process group that is not a session.
+    """
+    if os.getsid(0) == os.getpid():
+        return True
+    try:
+        os.setsid()
+    except OSError:
+        return False
+    return True
