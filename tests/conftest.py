@@ -182,6 +182,16 @@ _share = (_MachineShare(Path(tempfile.gettempdir()) / f"robot_rl-pytest-{os.envi
           if _workers > 1 and os.environ.get("PYTEST_XDIST_TESTRUNUID") else None)
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """How realtime tests will share the machine under pytest-xdist (CI keeps only the output of failed runs)."""
+    if os.environ.get("ROBOT_RL_TEST_SHARE", "background") == "exclusive":
+        return "machine share: exclusive (ROBOT_RL_TEST_SHARE)"
+    if not autogroup_effective():
+        return "machine share: exclusive (autogroups do not decide CPU shares here)"
+    return "machine share: background (ordinary tests at autogroup nice 19) where workers may lower it again, " \
+        f"else exclusive; euid {os.geteuid()}"
+
+
 _cpu_log = os.environ.get("ROBOT_RL_TEST_CPU_LOG")
 
 
