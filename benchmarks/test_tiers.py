@@ -78,13 +78,16 @@ def exercised(report: dict) -> dict[str, dict]:
 DURATIONS = ROOT / "tests" / "module_durations.json"
 
 
-def module_seconds(rows: list[dict]) -> dict[str, float]:
-    """Seconds per test module (its tests' setup, call and teardown, without waits for the machine share)."""
-    out: dict[str, float] = {}
+def module_seconds(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Seconds per test module (its tests' setup, call and teardown, without waits for the machine share) and
+    those of its realtime tests, longest module first."""
+    out: dict[str, dict[str, float]] = {}
     for row in rows:
-        module = row["test"].split("::")[0]
-        out[module] = out.get(module, 0.0) + row["wall"]
-    return {m: round(v, 1) for m, v in sorted(out.items(), key=lambda kv: -kv[1])}
+        module = out.setdefault(row["test"].split("::")[0], {"seconds": 0.0, "realtime_s": 0.0})
+        module["seconds"] += row["wall"]
+        module["realtime_s"] += row["wall"] if row.get("realtime") is not None else 0.0
+    return {m: {k: round(v, 1) for k, v in row.items()}
+            for m, row in sorted(out.items(), key=lambda kv: -kv[1]["seconds"])}
 
 
 def schedule(rows: list[dict]) -> dict:

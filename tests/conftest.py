@@ -10,6 +10,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,8 +41,13 @@ restore_interrupt()
 
 
 DURATIONS = Path(__file__).with_name("module_durations.json")
-"""Seconds per test module in a parallel full run (``benchmarks/test_tiers.py --durations-from LOG`` writes it)."""
+"""Per test module of a parallel full run: its seconds and the seconds of its realtime tests
+(``benchmarks/test_tiers.py --durations-from LOG`` writes it)."""
 UNKNOWN_MODULE_S = 10.0
+
+
+def _module_durations() -> dict[str, dict[str, float]]:
+    return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -59,9 +65,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 any(item.get_closest_marker(name) for name in ("ros", "robot_dds", "ray")):
             item.add_marker(pytest.mark.realtime)
     if _workers > 1:  # longest modules first (--no-loadscope-reorder keeps this order): no long tail at the end
-        seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
-        rank = {path: -seconds.get(path, UNKNOWN_MODULE_S) for path in {item.nodeid.split("::")[0] for item in items}}
+        known = _module_durations()
+        rank = {path: -known.get(path, {}).get("seconds", UNKNOWN_MODULE_S)
+                for path in {item.nodeid.split("::")[0] for item in items}}
         items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: file order within a module
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with one worker for the modules that hold realtime tests (see :class:`_MachineShare`)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RealtimeOnOneWorker(LoadFileScheduling):
+        """Realtime tests never run beside each other, so a second worker that reaches a realtime module while
+        the first runs one only waits (up to 280 s of one run's 1 770 s). The first worker to ask takes the
+        realtime modules, longest first, and ordinary ones once they are done; the others take ordinary modules
+        and a realtime one only when nothing else is left. Which modules are realtime: module_durations.json."""
+
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            self.realtime = {path for path, row in _module_durations().items() if row.get("realtime_s", 0.0) > 0}
+            self.owner: Any = None
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if self.owner is None and any(scope in self.realtime for scope in self.workqueue):
+                self.owner = node
+            want = (lambda scope: scope in self.realtime) if node is self.owner else \
+                (lambda scope: scope not in self.realtime)
+            pick = next((scope for scope in self.workqueue if want(scope)), None)
+            if pick is not None:
+                self.workqueue.move_to_end(pick, last=False)
+            super()._assign_work_unit(node)
+
+    return RealtimeOnOneWorker(config, log)
 
 
 _REALTIME_POLICIES = {getattr(os, name) for name in ("SCHED_FIFO", "SCHED_RR") if hasattr(os, name)}
