@@ -82,15 +82,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         """Realtime tests never run beside each other, so a second worker that reaches a realtime module while
         the first runs one only waits (up to 280 s of one run's 1 770 s). The first worker to ask takes the
         realtime modules, longest first, and ordinary ones once they are done; the others take ordinary modules
-        and a realtime one only when nothing else is left. Which modules are realtime: module_durations.json."""
+        and a realtime one only when nothing else is left. Every worker's first module is the longest ordinary
+        one left (the end-to-end trainings): the reduced demo's RL stage runs on a 45 s wall-clock budget, and
+        at nice 19 beside the realtime worker's graphs it once published no noise actor in time. Which modules
+        are realtime: module_durations.json."""
 
         def __init__(self, config: pytest.Config, log: Any = None) -> None:
             super().__init__(config, log)
             self.realtime = {path for path, row in _module_durations().items() if row.get("realtime_s", 0.0) > 0}
             self.owner: Any = None
+            self.started: set[Any] = set()
 
         def _assign_work_unit(self, node: Any) -> None:
-            if self.owner is None and any(scope in self.realtime for scope in self.workqueue):
+            if node not in self.started:
+                self.started.add(node)
+            elif self.owner is None and any(scope in self.realtime for scope in self.workqueue):
                 self.owner = node
             want = (lambda scope: scope in self.realtime) if node is self.owner else \
                 (lambda scope: scope not in self.realtime)
