@@ -83,9 +83,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         the first runs one only waits (up to 280 s of one run's 1 770 s). The first worker to ask takes the
         realtime modules, longest first, and ordinary ones once they are done; the others take ordinary modules
         and a realtime one only when nothing else is left. Every worker's first module is the longest ordinary
-        one left (the end-to-end trainings): the reduced demo's RL stage runs on a 45 s wall-clock budget, and
-        at nice 19 beside the realtime worker's graphs it once published no noise actor in time. Which modules
-        are realtime: module_durations.json."""
+        one left (the end-to-end trainings), tried against the reduced demo's 45 s wall-clock RL stage failing
+        beside the realtime worker's graphs; it failed the same way beside the alignment training, so this order
+        is not its fix. Which modules are realtime: module_durations.json."""
 
         def __init__(self, config: pytest.Config, log: Any = None) -> None:
             super().__init__(config, log)
@@ -214,9 +214,18 @@ class _MachineShare:
 BACKGROUND_NICE = 19
 
 
+def _exclusive_reason() -> str | None:
+    """Why realtime tests must have the machine to themselves here, or None if the background share may apply."""
+    if os.environ.get("ROBOT_RL_TEST_SHARE", "background") == "exclusive":
+        return "ROBOT_RL_TEST_SHARE"
+    if not autogroup_effective():
+        return "autogroups do not decide CPU shares here"
+    return None
+
+
 def _background_share() -> bool:
     """Whether this xdist worker can run ordinary tests in the background (see :class:`_MachineShare`)."""
-    if os.environ.get("ROBOT_RL_TEST_SHARE", "background") == "exclusive" or not autogroup_effective():
+    if _exclusive_reason() is not None:
         return False
     return own_autogroup() and set_autogroup_nice(BACKGROUND_NICE) and set_autogroup_nice(0)
 
@@ -228,10 +237,9 @@ _share = (_MachineShare(Path(tempfile.gettempdir()) / f"robot_rl-pytest-{os.envi
 
 def pytest_report_header(config: pytest.Config) -> str:
     """How realtime tests will share the machine under pytest-xdist (CI keeps only the output of failed runs)."""
-    if os.environ.get("ROBOT_RL_TEST_SHARE", "background") == "exclusive":
-        return "machine share: exclusive (ROBOT_RL_TEST_SHARE)"
-    if not autogroup_effective():
-        return "machine share: exclusive (autogroups do not decide CPU shares here)"
+    reason = _exclusive_reason()
+    if reason is not None:
+        return f"machine share: exclusive ({reason})"
     return "machine share: background (ordinary tests at autogroup nice 19) where workers may lower it again, " \
         f"else exclusive; euid {os.geteuid()}"
 
