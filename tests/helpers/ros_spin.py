@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 
@@ -24,3 +25,20 @@ def spin_until(node: Node, seconds: float, until: Callable[[], object] | None = 
         if until is not None and until():
             return True
     return False
+
+
+def graph_is_up(node: Node, names: list[str]) -> bool:
+    """Whether every named node of a launched graph is on the ROS graph (its imports and set-up are done)."""
+    return set(names) <= set(node.get_node_names())
+
+
+def steady(arrivals: list[float], window_s: float, max_gap_s: float) -> bool:
+    """Whether a stream stamped on arrival kept coming, no gap over ``max_gap_s``, for the last ``window_s``.
+
+    Bring-up on a loaded 2-core machine starves processes for tenths of a second while the rest of the graph
+    imports; a test that judges tracking or timeouts waits for this before it starts the clock.
+    """
+    if not arrivals or arrivals[0] > arrivals[-1] - window_s:
+        return False
+    recent = [t for t in arrivals if t >= arrivals[-1] - window_s]
+    return all(b - a <= max_gap_s for a, b in itertools.pairwise(recent))
