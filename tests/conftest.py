@@ -83,9 +83,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         the first runs one only waits (up to 280 s of one run's 1 770 s). The first worker to ask takes the
         realtime modules, longest first, and ordinary ones once they are done; the others take ordinary modules
         and a realtime one only when nothing else is left. Every worker's first module is the longest ordinary
-        one left (the end-to-end trainings), tried against the reduced demo's 45 s wall-clock RL stage failing
-        beside the realtime worker's graphs; it failed the same way beside the alignment training, so this order
-        is not its fix. Which modules are realtime: module_durations.json."""
+        one left (longest first: the end-to-end trainings, minutes each, never start at the end of a run).
+        Which modules are realtime, and how long each takes: module_durations.json."""
 
         def __init__(self, config: pytest.Config, log: Any = None) -> None:
             super().__init__(config, log)

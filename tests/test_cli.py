@@ -81,6 +81,31 @@ def test_demo_settings_come_from_the_options() -> None:
     assert not settings.pixels and args.skip_to == "evaluation"
 
 
+def test_demo_rl_episode_budget_paces_the_learner() -> None:
+    """--rl-episodes: that many actor episodes and a learner at most one publication behind; --rl-set applies
+    to the RL config (and may choose another lag); --rl-seconds alone keeps the config's unpaced learner."""
+    import argparse
+
+    from robot_rl.cli import demo
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+
+    def config(*options: str):  # type: ignore[no-untyped-def]
+        return demo.Demo(demo.DemoSettings.from_args(parser.parse_args(list(options)))).rl_config()
+
+    paced = config("--rl-episodes", "7", "--rl-set", "learner.update_to_data=0.05")
+    assert paced.actor.episodes == 7 and paced.learner.update_to_data == 0.05
+    assert paced.learner.max_update_lag == paced.learner.publish_every > 0
+    assert config("--rl-episodes", "7", "--rl-set", "learner.max_update_lag=3").learner.max_update_lag == 3
+    clock = config("--rl-seconds", "30")
+    assert clock.learner.max_update_lag == 0 and clock.actor.episodes > 10_000  # the wall clock ends it
+    assert config("--rl-method", "residual", "--rl-episodes", "2").learner.algorithm == "residual"
+    for bad in ("-1", "1.5", "x"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--rl-episodes", bad])
+
+
 @pytest.mark.slow
 def test_demo_with_pixels_trains_a_policy_that_sees_the_cube_only_through_its_cameras(tmp_path: Path) -> None:
     """--pixels: front and wrist cameras recorded, the camera config trained; no object or goal state."""

@@ -30,6 +30,7 @@ from robot_rl.cli.demo_real import eval_line as _eval_line
 
 if TYPE_CHECKING:
     from robot_rl.learners.online import OnlineResult
+    from robot_rl.learners.online_config import OnlineConfig
     from robot_rl.training.evaluate import EvalReport
     from robot_rl.training.runs import TrainRun
 
@@ -58,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rl-seconds", type=float, default=300.0,
                         help="story nominal: wall-clock budget of reinforcement learning on the fine-tuned policy "
                         "(0 skips it)")
+    parser.add_argument("--rl-episodes", type=_episode_count, default=0,
+                        help="story nominal: budget reinforcement learning in actor episodes instead of seconds, "
+                        "with the learner paced (learner.max_update_lag): the same data and updates on any "
+                        "machine, however loaded (0: --rl-seconds decides)")
+    parser.add_argument("--rl-set", dest="rl_overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a value of the reinforcement-learning config (config/learners/"
+                        "online_pick_lift_dsrl.yaml or _residual.yaml), e.g. learner.update_to_data=0.05")
     parser.add_argument("--rl-method", choices=sorted(RL_CONFIGS), default="dsrl",
                         help="dsrl (steer the frozen policy's sampling noise; the best measured) or residual")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -98,6 +106,17 @@ PLOTTED_EPISODES = 2
 """Episodes of the demonstrations plotted (state/action curves and contact sheets)."""
 
 
+def _episode_count(text: str) -> int:
+    """An ``--rl-episodes`` value: a whole number >= 0 (anything else is a usage error that names it)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"needs a whole number of episodes >= 0, got {text!r}")
+    return value
+
+
 def default_eval_workers() -> int:
     """Processes of each evaluation: one per CPU core, up to 2 (the episodes run on one torch thread each)."""
     import os
@@ -118,8 +137,10 @@ class DemoSettings:
     actors: int = 1
     eval_workers: int = 1
     rl_seconds: float = 300.0
+    rl_episodes: int = 0
     rl_method: str = "dsrl"
     overrides: list[str] = field(default_factory=list)
+    rl_overrides: list[str] = field(default_factory=list)
     pixels: bool = False
     story: str = "real"
     randomized_episodes: int = 300
@@ -129,7 +150,8 @@ class DemoSettings:
     def from_args(cls, args: argparse.Namespace) -> DemoSettings:
         """The settings of parsed ``robot-rl demo`` options."""
         values = {f.name: getattr(args, f.name) for f in fields(cls)}
-        return cls(**{**values, "out": Path(values["out"]), "overrides": list(values["overrides"])})
+        return cls(**{**values, "out": Path(values["out"]), "overrides": list(values["overrides"]),
+                      "rl_overrides": list(values["rl_overrides"])})
 
 
 @dataclass
@@ -338,34 +360,59 @@ class Demo:
             raise RuntimeError("online fine-tuning published no weights")
         return versions[-1][1]
 
-    def reinforcement(self) -> str:
-        """DSRL or residual RL (SAC, sparse success) on the frozen HG-DAgger policy, for ``rl_seconds``."""
-        import shutil
+    def rl_enabled(self) -> bool:
+        """Whether the nominal story's reinforcement learning runs: an episode budget, or seconds above 0."""
+        return self.settings.rl_episodes > 0 or self.settings.rl_seconds > 0
 
+    def rl_config(self) -> OnlineConfig:
+        """The ``--rl-method`` config with the stage's budget and ``--rl-set`` overrides (policy and data unset)."""
         from robot_rl.core.config import load_config
-        from robot_rl.learners.online import run_online
         from robot_rl.learners.online_config import OnlineConfig
         from robot_rl.paths import package_share_dir
 
         s = self.settings
-        if s.rl_seconds <= 0:
-            return "skipped (--rl-seconds 0)"
         config = package_share_dir() / "config" / "learners" / RL_CONFIGS[s.rl_method]
-        cfg = load_config(OnlineConfig, config, [f"actors={s.actors}", "actor.episodes=100000"])
+        budget = [f"actor.episodes={s.rl_episodes}"] if s.rl_episodes > 0 else ["actor.episodes=100000"]
+        cfg = load_config(OnlineConfig, config, [f"actors={s.actors}", *budget, *s.rl_overrides])
+        if s.rl_episodes > 0 and not any(o.startswith("learner.max_update_lag=") for o in s.rl_overrides):
+            cfg.learner.max_update_lag = cfg.learner.publish_every
+        return cfg
+
+    def reinforcement(self) -> str:
+        """DSRL or residual RL (SAC, sparse success) on the frozen HG-DAgger policy, for ``rl_seconds``.
+
+        With ``rl_episodes`` the budget is that many actor episodes and the learner is paced: the actors wait
+        whenever it owes more than one publication's worth of updates (``learner.max_update_lag`` =
+        ``publish_every``), so each version comes from the same data on a fast machine and a loaded one. A
+        wall-clock budget gives a loaded machine fewer episodes and fewer updates (a test suite run beside
+        other tests once published no version at all in 45 s).
+        """
+        import shutil
+
+        from robot_rl.learners.online import run_online
+
+        s = self.settings
+        if not self.rl_enabled():
+            return "skipped (--rl-seconds 0)"
+        cfg = self.rl_config()
         cfg.policy = str(self.fine_tuned())
         cfg.learner.demos = str(self.demos)
         cfg.actor.env_options = self.env_options()
         run = self.out / "rl"
         if run.exists():
             shutil.rmtree(run)
-        self.results.rl = result = run_online(cfg, run, budget_s=s.rl_seconds, timeout=s.rl_seconds + 900)
+        if s.rl_episodes > 0:  # a hang guard, not a budget (as online fine-tuning's)
+            result = run_online(cfg, run, timeout=3600.0 + 10.0 * s.rl_episodes)
+        else:
+            result = run_online(cfg, run, budget_s=s.rl_seconds, timeout=s.rl_seconds + 900)
+        self.results.rl = result
         last = result.learner[-1] if result.learner else {}
         return (f"{s.rl_method}: {len(result.episodes)} episodes, {last.get('updates', 0)} SAC updates, "
                 f"{last.get('human_steps', 0)} human steps, v{last.get('version', 0)}")
 
     def eval_rl(self) -> str:
         """The fine-tuned policy steered (dsrl) or corrected (residual) by the newest RL actor, same seeds."""
-        if self.settings.rl_seconds <= 0:
+        if not self.rl_enabled():
             return "skipped (--rl-seconds 0)"
         self.results.final = report = self.evaluate("rl", rl_run=self.out / "rl")
         return _eval_line(report)
