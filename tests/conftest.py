@@ -243,6 +243,33 @@ def pytest_report_header(config: pytest.Config) -> str:
         f"else exclusive; euid {os.geteuid()}"
 
 
+def _share_name() -> str:
+    return "one process" if _share is None else ("background" if _share.background else "exclusive")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker tells the controller which share it ran with (for the summary below)."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["machine_share"] = _share_name()
+
+
+_worker_shares: dict[str, str] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    output = getattr(node, "workeroutput", None) or {}
+    _worker_shares[str(getattr(node.gateway, "id", "?"))] = str(output.get("machine_share", "?"))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The share each worker really ran with, at the end where CI's kept tail shows it."""
+    shares = ", ".join(f"{w} {s}" for w, s in sorted(_worker_shares.items())) or _share_name()
+    terminalreporter.write_line(f"machine share: {shares}; {os.cpu_count()} CPUs, load average "
+                                f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
 _cpu_log = os.environ.get("ROBOT_RL_TEST_CPU_LOG")
 
 
