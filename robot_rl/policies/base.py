@@ -17,7 +17,6 @@ name and shape before anything is copied, and raises :class:`CheckpointError` na
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import os
 import threading
@@ -35,6 +34,13 @@ from torch.nn import functional as F
 
 from robot_rl.core.config import ConfigError, config_to_dict, load_config
 from robot_rl.core.spaces import SpecError
+from robot_rl.policies.checkpoint import CHECKPOINT_FORMAT as CHECKPOINT_FORMAT
+from robot_rl.policies.checkpoint import META_FILE as META_FILE
+from robot_rl.policies.checkpoint import WEIGHTS_FILE as WEIGHTS_FILE
+from robot_rl.policies.checkpoint import CheckpointError as CheckpointError
+from robot_rl.policies.checkpoint import checkpoint_version, config_diff, first_line
+from robot_rl.policies.checkpoint import read_metadata as read_metadata
+from robot_rl.policies.checkpoint import save_failed as save_failed
 from robot_rl.policies.chunking import ExecutorConfig
 from robot_rl.policies.config import HAND_KEY as HAND_KEY
 from robot_rl.policies.config import RELATIVE_SCALE_M as RELATIVE_SCALE_M
@@ -43,15 +49,6 @@ from robot_rl.policies.config import PolicySpec as PolicySpec
 from robot_rl.policies.encoders import ObsEncoder
 from robot_rl.policies.normalizer import Normalizer
 from robot_rl.policies.unet1d import ConditionalUnet1D
-
-CHECKPOINT_FORMAT = "robot_rl.policy"
-WEIGHTS_FILE = "model.safetensors"
-META_FILE = "policy.json"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint does not match the policy (type, config, tensor names or shapes); says what differs."""
-
 
 Batch = Mapping[str, Any]
 """Training batch: "obs" -> {key: (B, To, ...)}, "action" -> (B, H, A) raw, optionally "task" -> list[str]."""
@@ -367,21 +364,21 @@ class Policy(nn.Module):
         try:
             config = load_config(klass.config_cls, meta["config"])
         except ValueError as exc:
-            raise ConfigError(f"{file}: malformed 'config' ({_first_line(exc)})") from exc
+            raise ConfigError(f"{file}: malformed 'config' ({first_line(exc)})") from exc
         try:
             spec = PolicySpec.from_json(meta["spec"])
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            raise CheckpointError(f"{file}: malformed 'spec' ({_first_line(exc)})") from exc
+            raise CheckpointError(f"{file}: malformed 'spec' ({first_line(exc)})") from exc
         try:  # shapes first, on the meta device: a hostile config must not allocate terabytes
             with torch.device("meta"):
                 probe = klass(config, spec)
         except (ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError) as exc:
             raise CheckpointError(f"{file}: config and spec do not make a {klass.name} policy "
-                                  f"({_first_line(exc)})") from exc
+                                  f"({first_line(exc)})") from exc
         probe._check_header(path)
         policy = klass(config, spec)
         policy.load_state_dict(policy._checked_tensors(path), strict=True)  # CPU; .to(device) afterwards
-        policy.version = _version(meta, file)
+        policy.version = checkpoint_version(meta, file)
         policy.task = str(meta.get("task", ""))  # the instruction it was trained with (language policies)
         return policy
 
@@ -398,12 +395,12 @@ class Policy(nn.Module):
             raise CheckpointError(f"{path}: holds a {meta['type']!r} policy; this one is {self.name!r}")
         mine = self.metadata()
         for part in ("config", "spec"):
-            diff = _diff(mine[part], meta[part], part)
+            diff = config_diff(mine[part], meta[part], part)
             if diff:
                 raise CheckpointError(f"{path}: {part} differs from the running policy: {'; '.join(diff)}")
         tensors = self._checked_tensors(path)
-        new_version = int(version) if version is not None else max(_version(meta, Path(path) / META_FILE),
-                                                                    self.version + 1)
+        new_version = int(version) if version is not None else \
+            max(checkpoint_version(meta, Path(path) / META_FILE), self.version + 1)
         with self._swap_lock:
             self._pending = (tensors, new_version)
         if immediately:
@@ -452,62 +449,6 @@ class Policy(nn.Module):
             raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from exc
         self._compare(file, {k: tuple(v.shape) for k, v in tensors.items()}, tensors)
         return tensors
-
-
-def read_metadata(path: str | Path) -> dict[str, Any]:
-    """policy.json of a checkpoint folder, checked for the fields every loader needs."""
-    file = Path(path) / META_FILE
-    if not file.is_file():
-        raise CheckpointError(f"{path}: not a policy checkpoint (no {META_FILE})")
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise CheckpointError(f"{file}: not valid UTF-8 JSON ({type(exc).__name__}: {exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{file}: 'format' must be {CHECKPOINT_FORMAT!r}")
-    for key in ("type", "config", "spec"):
-        if key not in meta:
-            raise CheckpointError(f"{file}: missing field {key!r}")
-    for key in ("config", "spec"):
-        if not isinstance(meta[key], dict):
-            raise CheckpointError(f"{file}: {key!r} must be an object, got {type(meta[key]).__name__}")
-    if not isinstance(meta["type"], str):
-        raise CheckpointError(f"{file}: 'type' must be a string, got {type(meta['type']).__name__}")
-    _version(meta, file)
-    return meta
-
-
-def save_failed(path: Path, exc: BaseException) -> OSError:
-    """The one-line error of a checkpoint that could not be written (safetensors reports ENOSPC as text)."""
-    code = getattr(exc, "errno", None)
-    no_space = code == errno.ENOSPC or "os error 28" in str(exc)
-    why = "No space left on device" if no_space else _first_line(exc)
-    return OSError(errno.ENOSPC if no_space else code or errno.EIO,
-                   f"{path}: checkpoint not saved: {why} (the previous checkpoint is unchanged)")
-
-
-def _first_line(exc: BaseException) -> str:
-    """An exception's message cut to its first line (torch appends C++ stack traces to some)."""
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
-
-
-def _version(meta: Mapping[str, Any], file: Path) -> int:
-    """The weights version of a checkpoint's metadata (an integer)."""
-    version = meta.get("version", 0)
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise CheckpointError(f"{file}: 'version' must be an integer, got {str(version)[:40]!r}")
-    return version
-
-
-def _diff(a: Any, b: Any, prefix: str) -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b)):
-            name = k if isinstance(k, str) and k.isidentifier() else repr(k)  # a hostile key stays on one line
-            out += _diff(a.get(k), b.get(k), f"{prefix}.{name}")
-        return out
-    return [] if a == b else [f"{prefix} is {b!r} in the checkpoint, {a!r} here"]
 
 
 def replace_config(config: PolicyConfig, **changes: Any) -> PolicyConfig:
