@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(0 skips it)")
     parser.add_argument("--rl-episodes", type=_episode_count, default=0,
                         help="story nominal: budget reinforcement learning in actor episodes instead of seconds, "
-                        "with the learner paced (learner.max_update_lag): the same data and updates on any "
+                        "with the learner paced (learner.max_update_lag): as many steps and updates on any "
                         "machine, however loaded (0: --rl-seconds decides)")
     parser.add_argument("--rl-set", dest="rl_overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of the reinforcement-learning config (config/learners/"
@@ -383,7 +383,7 @@ class Demo:
 
         With ``rl_episodes`` the budget is that many actor episodes and the learner is paced: the actors wait
         whenever it owes more than one publication's worth of updates (``learner.max_update_lag`` =
-        ``publish_every``), so each version comes from the same data on a fast machine and a loaded one. A
+        ``publish_every``), so each version comes from as much data on a loaded machine as on a fast one. A
         wall-clock budget gives a loaded machine fewer episodes and fewer updates (a test suite run beside
         other tests once published no version at all in 45 s).
         """
