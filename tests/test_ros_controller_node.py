@@ -13,6 +13,7 @@ rclpy = pytest.importorskip("rclpy")
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from helpers.ros_spin import graph_is_up, spin_until, steady  # noqa: E402
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -33,17 +34,14 @@ def test_controller_node_drives_emulated_arm_and_fails_safe(tmp_path: Path) -> N
         "emulate": "true", "with_camera": "false", "teleop_device": "gamepad",
         "teleop_device_path": str(fifo), "controller_rate_hz": "250.0"})
     poses: list[np.ndarray] = []
-    arrivals: list[float] = []
+    states: list[float] = []  # arrival times of the hardware's joint_states
     modes: list[str] = []
     with launch(description, tmp_path / "logs") as graph:
         rclpy.init()
         node = rclpy.create_node("controller_probe")
         try:
-            def on_pose(msg: PoseStamped) -> None:
-                poses.append(pose_from_msg(msg)[0])
-                arrivals.append(time.monotonic())
-
-            node.create_subscription(PoseStamped, "/current_pose", on_pose, 10)
+            node.create_subscription(PoseStamped, "/current_pose", lambda m: poses.append(pose_from_msg(m)[0]), 10)
+            node.create_subscription(JointState, "/joint_states", lambda m: states.append(time.monotonic()), 10)
             node.create_subscription(String, "/controller/mode", lambda m: modes.append(m.data), LATCHED)
             target = node.create_publisher(PoseStamped, "/target_pose", 10)
 
@@ -57,7 +55,7 @@ def test_controller_node_drives_emulated_arm_and_fails_safe(tmp_path: Path) -> N
             # hardware 0.2 s while the rest of the graph was still importing, and the controller rightly latched
             # its stale-state e-stop in the middle of the move.
             assert spin(60, until=lambda: graph_is_up(node, graph.names)), (graph.names, node.get_node_names())
-            assert spin(60, until=lambda: steady(arrivals, 1.0, 0.05)), graph.log("controller")
+            assert spin(60, until=lambda: steady(states, 1.0, 0.05)), graph.log("controller")
             # one owner per topic: the emulated hardware publishes what a driver does, the controller the rest
             assert node.count_publishers("/current_pose") == node.count_publishers("/controller/mode") == 1
             # Bring-up as an operator does it: clear whatever a start-up stall of the hardware latched.

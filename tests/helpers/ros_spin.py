@@ -40,5 +40,10 @@ def steady(arrivals: list[float], window_s: float, max_gap_s: float) -> bool:
     """
     if not arrivals or arrivals[0] > arrivals[-1] - window_s:
         return False
-    recent = [t for t in arrivals if t >= arrivals[-1] - window_s]
-    return all(b - a <= max_gap_s for a, b in itertools.pairwise(recent))
+    start = arrivals[-1] - window_s
+    for later, earlier in itertools.pairwise(reversed(arrivals)):  # newest first, through the window's start
+        if later - earlier > max_gap_s:
+            return False
+        if earlier < start:
+            return True
+    return True
