@@ -292,7 +292,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
                    "cpu_children": kids2.ru_utime + kids2.ru_stime - kids.ru_utime - kids.ru_stime,
                    "slow": item.get_closest_marker("slow") is not None, "realtime": mode,
                    "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
-                   "share": None if _share is None else ("background" if _share.background else "exclusive")}
+                   "share": _share_name()}
             with open(_cpu_log, "a") as log:
                 log.write(json.dumps(row) + "\n")
     finally:

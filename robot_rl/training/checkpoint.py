@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch.optim.lr_scheduler import LRScheduler
 
 from robot_rl.policies.base import CheckpointError, Policy, save_failed
+from robot_rl.policies.checkpoint import first_line
 
 
 class Averaged(Protocol):
@@ -120,7 +121,7 @@ def load_training_state(folder: Path, policy: Policy, ema: Averaged | None, opti
         return _restore(meta, tensors, model, policy, ema, optimizer, scheduler)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RuntimeError) as exc:
         raise CheckpointError(f"{folder / STATE_META}: training state cannot be restored "
-                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+                              f"({first_line(exc)})") from exc
 
 
 def _restore(meta: dict[str, Any], tensors: dict[str, torch.Tensor], model: dict[str, torch.Tensor], policy: Policy,

@@ -38,9 +38,9 @@ def steady(arrivals: list[float], window_s: float, max_gap_s: float) -> bool:
     Bring-up on a loaded 2-core machine starves processes for tenths of a second while the rest of the graph
     imports; a test that judges tracking or timeouts waits for this before it starts the clock.
     """
-    if not arrivals or arrivals[0] > arrivals[-1] - window_s:
+    start = arrivals[-1] - window_s if arrivals else 0.0
+    if not arrivals or arrivals[0] > start:
         return False
-    start = arrivals[-1] - window_s
     for later, earlier in itertools.pairwise(reversed(arrivals)):  # newest first, through the window's start
         if later - earlier > max_gap_s:
             return False
