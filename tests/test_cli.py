@@ -86,13 +86,13 @@ def test_demo_rl_episode_budget_paces_the_learner() -> None:
     to the RL config (and may choose another lag); --rl-seconds alone keeps the config's unpaced learner."""
     import argparse
 
-    from robot_rl.cli import demo
+    from robot_rl.cli import demo, demo_rl
 
     parser = argparse.ArgumentParser()
     demo.add_arguments(parser)
 
     def config(*options: str):  # type: ignore[no-untyped-def]
-        return demo.Demo(demo.DemoSettings.from_args(parser.parse_args(list(options)))).rl_config()
+        return demo_rl.rl_config(demo.DemoSettings.from_args(parser.parse_args(list(options))))
 
     paced = config("--rl-episodes", "7", "--rl-set", "learner.update_to_data=0.05")
     assert paced.actor.episodes == 7 and paced.learner.update_to_data == 0.05

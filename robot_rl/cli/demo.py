@@ -9,8 +9,9 @@ each new version between action chunks -> the success rate on the same seeds aga
 plays the real one (``ArmPickLift-RealStandIn-v0``, robot_rl.cli.demo_real): the drop there -> HG-DAgger in
 a randomised simulator (no real data) -> the success there again -> HG-DAgger on the "real" robot with the
 simulated human, behind the deployment gate -> the final success there. ``--story nominal`` is the
-simulator-only demo: after HG-DAgger, reinforcement learning on top for ``--rl-seconds`` (300; 0 skips it),
-DSRL by default or a residual correction (``--rl-method residual``), and the success rate once more.
+simulator-only demo: after HG-DAgger, reinforcement learning on top for ``--rl-seconds`` (300; 0 skips it)
+or ``--rl-episodes``, DSRL by default or a residual correction (``--rl-method residual``), and the success rate
+once more (robot_rl.cli.demo_rl).
 ``--stop-after`` stops after any stage, ``--skip-to`` starts from one with the earlier stages' outputs.
 Prints a table (success at each stage, interventions over time, wall time) and writes a learning curve per
 online stage (``learning_curve*.png``). Every stage prints what it did and how long it took.
@@ -25,12 +26,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from robot_rl.cli import demo_real
-from robot_rl.cli.demo_real import eval_line as _eval_line
+from robot_rl.cli import demo_real, demo_rl
+from robot_rl.cli.demo_stage import eval_line
 
 if TYPE_CHECKING:
     from robot_rl.learners.online import OnlineResult
-    from robot_rl.learners.online_config import OnlineConfig
     from robot_rl.training.evaluate import EvalReport
     from robot_rl.training.runs import TrainRun
 
@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rl-set", dest="rl_overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of the reinforcement-learning config (config/learners/"
                         "online_pick_lift_dsrl.yaml or _residual.yaml), e.g. learner.update_to_data=0.05")
-    parser.add_argument("--rl-method", choices=sorted(RL_CONFIGS), default="dsrl",
+    parser.add_argument("--rl-method", choices=sorted(demo_rl.RL_CONFIGS), default="dsrl",
                         help="dsrl (steer the frozen policy's sampling noise; the best measured) or residual")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a value of the online config (config/learners/online_pick_lift.yaml)")
@@ -100,8 +100,6 @@ PIXEL_ONLINE_OVERRIDES = ["learner.hg_dagger.start_fraction=0.25"]
 """Online settings of the ``--pixels`` variant: HG-DAgger keeps oversampling the demonstrations' episode starts,
 as the pixel config's behaviour cloning does. Measured, it did not stop the fine-tuned camera policy's fall
 (93% -> 67% without it after 200 online episodes, 60% with it after 162; README, Policies)."""
-RL_CONFIGS = {"dsrl": "online_pick_lift_dsrl.yaml", "residual": "online_pick_lift_residual.yaml"}
-"""Online configs of the ``--rl-method`` choices (installed under config/learners)."""
 PLOTTED_EPISODES = 2
 """Episodes of the demonstrations plotted (state/action curves and contact sheets)."""
 
@@ -318,7 +316,7 @@ class Demo:
     def eval_before(self) -> str:
         """The behaviour-cloned policy, without a human."""
         self.results.before = report = self.evaluate("before", self.out / "bc" / "policy")
-        return _eval_line(report)
+        return eval_line(report)
 
     def online(self) -> str:
         """Online fine-tuning: learner and actor processes on a fresh run folder."""
@@ -349,7 +347,7 @@ class Demo:
     def eval_after(self) -> str:
         """The last weights the learner published, on the same seeds."""
         self.results.after = report = self.evaluate("after", self.fine_tuned())
-        return _eval_line(report)
+        return eval_line(report)
 
     def fine_tuned(self) -> Path:
         """The newest policy HG-DAgger published."""
@@ -359,63 +357,6 @@ class Demo:
         if not versions:
             raise RuntimeError("online fine-tuning published no weights")
         return versions[-1][1]
-
-    def rl_enabled(self) -> bool:
-        """Whether the nominal story's reinforcement learning runs: an episode budget, or seconds above 0."""
-        return self.settings.rl_episodes > 0 or self.settings.rl_seconds > 0
-
-    def rl_config(self) -> OnlineConfig:
-        """The ``--rl-method`` config with the stage's budget and ``--rl-set`` overrides (policy and data unset)."""
-        from robot_rl.core.config import load_config
-        from robot_rl.learners.online_config import OnlineConfig
-        from robot_rl.paths import package_share_dir
-
-        s = self.settings
-        config = package_share_dir() / "config" / "learners" / RL_CONFIGS[s.rl_method]
-        budget = [f"actor.episodes={s.rl_episodes}"] if s.rl_episodes > 0 else ["actor.episodes=100000"]
-        cfg = load_config(OnlineConfig, config, [f"actors={s.actors}", *budget, *s.rl_overrides])
-        if s.rl_episodes > 0 and not any(o.startswith("learner.max_update_lag=") for o in s.rl_overrides):
-            cfg.learner.max_update_lag = cfg.learner.publish_every
-        return cfg
-
-    def reinforcement(self) -> str:
-        """DSRL or residual RL (SAC, sparse success) on the frozen HG-DAgger policy, for ``rl_seconds``.
-
-        With ``rl_episodes`` the budget is that many actor episodes and the learner is paced: the actors wait
-        whenever it owes more than one publication's worth of updates (``learner.max_update_lag`` =
-        ``publish_every``), so each version comes from as much data on a loaded machine as on a fast one. A
-        wall-clock budget gives a loaded machine fewer episodes and fewer updates (a test suite run beside
-        other tests once published no version at all in 45 s).
-        """
-        import shutil
-
-        from robot_rl.learners.online import run_online
-
-        s = self.settings
-        if not self.rl_enabled():
-            return "skipped (--rl-seconds 0)"
-        cfg = self.rl_config()
-        cfg.policy = str(self.fine_tuned())
-        cfg.learner.demos = str(self.demos)
-        cfg.actor.env_options = self.env_options()
-        run = self.out / "rl"
-        if run.exists():
-            shutil.rmtree(run)
-        if s.rl_episodes > 0:  # a hang guard, not a budget (as online fine-tuning's)
-            result = run_online(cfg, run, timeout=3600.0 + 10.0 * s.rl_episodes)
-        else:
-            result = run_online(cfg, run, budget_s=s.rl_seconds, timeout=s.rl_seconds + 900)
-        self.results.rl = result
-        last = result.learner[-1] if result.learner else {}
-        return (f"{s.rl_method}: {len(result.episodes)} episodes, {last.get('updates', 0)} SAC updates, "
-                f"{last.get('human_steps', 0)} human steps, v{last.get('version', 0)}")
-
-    def eval_rl(self) -> str:
-        """The fine-tuned policy steered (dsrl) or corrected (residual) by the newest RL actor, same seeds."""
-        if not self.rl_enabled():
-            return "skipped (--rl-seconds 0)"
-        self.results.final = report = self.evaluate("rl", rl_run=self.out / "rl")
-        return _eval_line(report)
 
     def load_skipped(self, skipped: list[str]) -> None:
         """Results of stages skipped with ``--skip-to`` read back from ``--out`` where they were saved."""
@@ -485,8 +426,8 @@ STAGES: list[tuple[str, Callable[[Demo], str]]] = [
     ("evaluation", Demo.eval_before),
     ("online learning", Demo.online),
     ("evaluation 2", Demo.eval_after),
-    ("reinforcement", Demo.reinforcement),
-    ("evaluation 3", Demo.eval_rl),
+    ("reinforcement", demo_rl.reinforcement),
+    ("evaluation 3", demo_rl.eval_rl),
 ]
 
 

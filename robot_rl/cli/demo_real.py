@@ -14,37 +14,8 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:
-    from robot_rl.training.evaluate import EvalReport
-
-
-class Demo(Protocol):
-    """What these stages use of ``robot_rl.cli.demo.Demo``."""
-
-    settings: Any
-    out: Path
-    results: Any
-
-    @property
-    def demos(self) -> Path:
-        """The demonstrations' episode store."""
-
-    def fine_tuned(self) -> Path:
-        """The newest policy of the nominal HG-DAgger stage."""
-
-    def evaluate(self, name: str, policy_dir: Path | None = None, rl_run: Path | None = None,
-                 env_id: str = ...) -> EvalReport:
-        """An evaluation on the demo's unseen seeds, saved under ``eval_<name>``."""
-
-
-def eval_line(report: EvalReport) -> str:
-    """One line: successes, rate and its 95% interval."""
-    lo, hi = report.interval()
-    k, n = sum(report.successes), len(report.successes)
-    return f"success {k}/{n} = {report.success_rate:.0%} (95% CI {lo:.0%}-{hi:.0%})"
-
+from robot_rl.cli.demo_stage import Demo, eval_line
 
 REAL_ENV_ID = "robot_rl/ArmPickLift-RealStandIn-v0"
 """The robot that plays the real one."""
