@@ -24,7 +24,7 @@ from robot_rl.control import (
     load_control_config,
 )
 from robot_rl.control.config import quadrotor_params
-from robot_rl.control.rotations import mat_to_quat, quat_normalize, quat_slerp, quat_to_mat, quat_yaw
+from robot_rl.control.rotations import mat_to_quat, mat_to_rpy, quat_normalize, quat_slerp, quat_to_mat, quat_yaw
 from robot_rl.core.config import ConfigError
 from robot_rl.robots import panda
 
@@ -62,6 +62,23 @@ def test_rotations_match_scipy_in_wxyz_with_w_non_negative(rng: np.random.Genera
         scipy_mid = Slerp([0.0, 1.0], Rotation.concatenate([rot, _scipy(b)]))([alpha])[0]
         np.testing.assert_allclose(quat_slerp(q, b, alpha), scipy_mid.as_quat(scalar_first=True, canonical=True),
                                    atol=1e-12)
+
+
+def test_roll_pitch_yaw_is_scipys_and_inverts_rpy_matrix(rng: np.random.Generator) -> None:
+    """mat_to_rpy equals scipy's as_euler("xyz") on random rotations and, at pitch +-90 deg, still gives back
+    the same rotation through rpy_matrix (MuJoCo's "XYZ", the convention the delta actions use)."""
+    from robot_rl.runtime.arm_actions import rpy_matrix
+
+    for _ in range(200):
+        rot = _scipy(rng.normal(size=4))
+        np.testing.assert_allclose(mat_to_rpy(rot.as_matrix()), rot.as_euler("xyz"), atol=1e-9)
+        np.testing.assert_allclose(rpy_matrix(*mat_to_rpy(rot.as_matrix())), rot.as_matrix(), atol=1e-12)
+    for pitch in (np.pi / 2, -np.pi / 2):
+        for roll, yaw in rng.uniform(-np.pi, np.pi, (20, 2)):
+            r = rpy_matrix(roll, pitch, yaw)
+            angles = mat_to_rpy(r)
+            assert angles[0] == 0.0 and abs(angles[1] - pitch) < 1e-6
+            np.testing.assert_allclose(rpy_matrix(*angles), r, atol=1e-9)
 
 
 def test_slerp_halfway_is_half_the_angle() -> None:

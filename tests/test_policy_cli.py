@@ -20,6 +20,20 @@ def test_wilson_interval_matches_known_values() -> None:
     lo, hi = wilson_interval(8, 10)
     assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)
     assert wilson_interval(0, 20)[0] == 0.0 and wilson_interval(20, 20)[1] == 1.0
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_wilson_interval_is_scipys_at_every_count_and_confidence() -> None:
+    """The closed form against scipy's binomtest (the reference it replaced, to keep scipy.stats out of the
+    actors' start-up)."""
+    from scipy.stats import binomtest, norm
+
+    for z in (1.0, 1.645, 1.96, 2.576):
+        level = float(2 * norm.cdf(z) - 1)
+        for n in (1, 2, 5, 20, 50, 137):
+            for k in range(n + 1):
+                ci = binomtest(k, n).proportion_ci(confidence_level=level, method="wilson")
+                assert wilson_interval(k, n, z) == pytest.approx((max(0.0, ci.low), min(1.0, ci.high)), abs=1e-12)
 
 
 def test_train_rejects_bad_config_and_missing_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

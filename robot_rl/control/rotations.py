@@ -7,6 +7,8 @@ every physics step; code off the hot path can use ``scipy.spatial.transform.Rota
 
 from __future__ import annotations
 
+import math
+
 import mujoco
 import numpy as np
 
@@ -29,6 +31,20 @@ def mat_to_quat(r: np.ndarray) -> np.ndarray:
     out = np.empty(4)
     mujoco.mju_mat2Quat(out, np.ascontiguousarray(r, dtype=np.float64).reshape(9))
     return quat_normalize(out)
+
+
+def mat_to_rpy(r: np.ndarray) -> np.ndarray:
+    """Roll, pitch, yaw [rad] of a rotation matrix about the fixed x, y, z axes (``R = Rz(yaw) Ry(pitch) Rx(roll)``).
+
+    The inverse of ``mju_euler2Quat(..., "XYZ")`` and scipy's ``as_euler("xyz")`` (without its import, ~0.3 s
+    of every actor's start-up). At pitch +-90 deg only roll -+ yaw is defined: roll is 0 there, as scipy's.
+    """
+    r = np.asarray(r, dtype=np.float64)
+    cos_pitch = math.hypot(r[2, 1], r[2, 2])
+    pitch = math.atan2(-r[2, 0], cos_pitch)
+    if cos_pitch < 1e-9:
+        return np.array([0.0, pitch, math.atan2(-r[0, 1], r[1, 1])])
+    return np.array([math.atan2(r[2, 1], r[2, 2]), pitch, math.atan2(r[1, 0], r[0, 0])])
 
 
 def quat_yaw(q: np.ndarray) -> float:

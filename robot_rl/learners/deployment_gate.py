@@ -84,9 +84,9 @@ class GateConfig:
     @cached_property
     def z(self) -> float:
         """The normal quantile of ``confidence`` (two-sided; computed once: every interval asks for it)."""
-        from scipy.stats import norm
+        from statistics import NormalDist
 
-        return float(norm.ppf(0.5 + self.confidence / 2.0))
+        return NormalDist().inv_cdf(0.5 + self.confidence / 2.0)
 
 
 def on_trial(weights: Path, marker: str, version: int, gated: bool) -> bool:

@@ -36,7 +36,6 @@ from geometry_msgs.msg import PoseStamped, TwistStamped
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from scipy.spatial.transform import Rotation
 from std_msgs.msg import Bool, Float64, String
 from std_srvs.srv import SetBool, Trigger
 
@@ -157,6 +156,8 @@ class TeleopNode(Node):
             if self.current_pose is None:
                 self.get_logger().warning("cannot take control: no measured pose received yet")
                 return False
+            from scipy.spatial.transform import Rotation  # here: ~0.3 s of start-up for the nodes importing this
+
             position, quat = self.current_pose
             self.state.sync(position, Rotation.from_quat(quat, scalar_first=True).as_rotvec())
         self.state.intervening = value

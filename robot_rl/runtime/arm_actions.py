@@ -14,10 +14,9 @@ from collections.abc import Callable, Mapping
 
 import mujoco
 import numpy as np
-from scipy.spatial.transform import Rotation
 
 from robot_rl.control.config import workspace_box
-from robot_rl.control.rotations import mat_to_quat, quat_to_mat
+from robot_rl.control.rotations import mat_to_quat, mat_to_rpy, quat_to_mat
 from robot_rl.control.watchdog import WorkspaceBox
 
 MAX_LIN_SPEED = 0.4
@@ -100,9 +99,7 @@ class CartesianDeltaIntegrator:
         """:meth:`delta_between` before clipping to [-1, 1] (a magnitude above 1: faster than one step allows)."""
         lin = (np.asarray(pos_b, np.float64) - np.asarray(pos_a, np.float64)) / self.step_lin
         rel = quat_to_mat(quat_b) @ quat_to_mat(quat_a).T
-        quat = mat_to_quat(rel)
-        euler = Rotation.from_quat([quat[1], quat[2], quat[3], quat[0]]).as_euler("xyz")
-        return np.r_[lin, euler / self.step_ang]
+        return np.r_[lin, mat_to_rpy(rel) / self.step_ang]
 
 
 def deltas_from_targets(tcp_pos: np.ndarray, tcp_quat: np.ndarray, target_pos: np.ndarray, target_quat: np.ndarray,
