@@ -234,6 +234,18 @@ _share = (_MachineShare(Path(tempfile.gettempdir()) / f"robot_rl-pytest-{os.envi
           if _workers > 1 and os.environ.get("PYTEST_XDIST_TESTRUNUID") else None)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """robot_rl's bytecode, written once per run by the controller: under ``PYTHONDONTWRITEBYTECODE`` (set in
+    some containers and CI images) every node, actor and learner process a test starts would compile the
+    package's sources again (~0.1 s of CPU each, hundreds of processes per run)."""
+    if not hasattr(config, "workerinput"):
+        import compileall
+
+        import robot_rl
+
+        compileall.compile_dir(Path(robot_rl.__file__).parent, quiet=1)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     """How realtime tests will share the machine under pytest-xdist (CI keeps only the output of failed runs)."""
     reason = _exclusive_reason()
