@@ -17,7 +17,7 @@ import pytest
 import torch
 from helpers.toy import expert_action, toy_dataset
 
-from robot_rl.cli import demo_real
+from robot_rl.cli import demo_real, demo_rl
 from robot_rl.learners.online import OnlineResult
 from robot_rl.policies.mlp import MLPConfig, MLPPolicy
 from robot_rl.training.diagnose import first_action_error
@@ -82,7 +82,11 @@ class FakeDemo:
         self.out, self.results = out, DemoResults()
         self.evaluated: list[tuple[str, Path | None, str]] = []
         self.settings = type("S", (), {"actors": 2, "overrides": ["learner.device=cpu"], "randomized_episodes": 7,
-                                       "real_episodes": 5})()
+                                       "real_episodes": 5, "rl_method": "dsrl", "rl_episodes": 0,
+                                       "rl_seconds": 30.0, "rl_overrides": ["learner.device=cpu"]})()
+
+    def env_options(self) -> dict[str, Any]:
+        return {}
 
     @property
     def demos(self) -> Path:
@@ -140,6 +144,38 @@ def test_real_stages_chain_each_stage_from_the_previous_ones_newest_weights(
     assert demo.evaluated == [("real_start", demo.fine_tuned(), demo_real.REAL_ENV_ID),
                               ("real_randomized", tmp_path / "randomized" / "weights" / "v10", demo_real.REAL_ENV_ID),
                               ("real_final", tmp_path / "real" / "weights" / "v1", demo_real.REAL_ENV_ID)]
+
+
+def test_rl_stages_run_on_the_fine_tuned_policy_and_evaluate_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nominal story's RL stage: the fine-tuned policy and the demonstrations, a wall-clock budget (or an
+    episode budget with the learner paced), a clean run folder; its evaluation reads that run; 0 s skips both."""
+    import robot_rl.learners.online as online
+
+    runs: list[Any] = []
+
+    def fake_run(cfg: Any, run: Path, budget_s: float | None = None, timeout: float = 0.0) -> OnlineResult:
+        runs.append((cfg, run, budget_s, timeout))
+        return OnlineResult([{"steps": 10, "success": True, "intervention_steps": 0, "takeovers": 0}] * 3,
+                            [{"updates": 40, "human_steps": 0, "version": 2}], 1.0)
+
+    monkeypatch.setattr(online, "run_online", fake_run)
+    demo = FakeDemo(tmp_path)
+    (tmp_path / "rl" / "stale").mkdir(parents=True)
+    assert demo_rl.reinforcement(demo) == "dsrl: 3 episodes, 40 SAC updates, 0 human steps, v2"
+    cfg, run, budget, timeout = runs[-1]
+    assert run == tmp_path / "rl" and not (run / "stale").exists()
+    assert cfg.policy == str(demo.fine_tuned()) and cfg.learner.demos == str(demo.demos)
+    assert cfg.learner.algorithm == "dsrl" and cfg.learner.max_update_lag == 0 and (budget, timeout) == (30.0, 930.0)
+    assert demo_rl.eval_rl(demo) == "success 3/4 = 75% (95% CI 30%-95%)"
+    assert demo.evaluated[-1][0] == "rl" and demo.results.final is not None
+    demo.settings.rl_episodes = 9
+    demo_rl.reinforcement(demo)
+    cfg, _, budget, timeout = runs[-1]
+    assert cfg.actor.episodes == 9 and cfg.learner.max_update_lag == cfg.learner.publish_every
+    assert budget is None and timeout == 3600.0 + 90.0
+    demo.settings.rl_episodes, demo.settings.rl_seconds = 0, 0.0
+    assert demo_rl.reinforcement(demo) == demo_rl.eval_rl(demo) == "skipped (--rl-seconds 0)" and len(runs) == 2
 
 
 def test_summary_line_reads_back_the_stages_that_ran(tmp_path: Path) -> None:
