@@ -52,7 +52,7 @@ class VideoWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.encoder, self.codec_name, options = pick_encoder(encoder)
         self.fps, self.height, self.width = fps, height, width
-        self._container = av.open(str(self.path), mode="w")
+        self._container: Any = av.open(str(self.path), mode="w")
         rate = Fraction(fps).limit_denominator(1000)
         stream: Any = self._container.add_stream(self.encoder, rate=rate, options=options)
         self._stream = stream
@@ -64,6 +64,8 @@ class VideoWriter:
 
     def add(self, frame: np.ndarray) -> None:
         """Encode one frame; its timestamp is ``frames / fps``."""
+        if self._container is None:
+            raise ValueError(f"{self.path.name}: the video is closed")
         if frame.shape != (self.height, self.width, 3) or frame.dtype != np.uint8:
             raise ValueError(f"{self.path.name}: expected a uint8 ({self.height}, {self.width}, 3) frame, "
                              f"got {frame.dtype} {frame.shape}")
@@ -76,11 +78,17 @@ class VideoWriter:
         self.frames += 1
 
     def close(self) -> None:
-        """Flush the encoder and finish the file."""
+        """Flush the encoder, finish the file and let go of the encoder (idempotent).
+
+        SVT-AV1 holds ~40 threads until its codec context is freed, which PyAV does only with the stream object.
+        """
+        if self._container is None:
+            return
         with KeepScheduling():
             for packet in self._stream.encode():
                 self._container.mux(packet)
             self._container.close()
+        self._container = self._stream = None
 
     def __enter__(self) -> VideoWriter:
         return self
