@@ -156,6 +156,37 @@ def test_save_load_round_trip_is_exact(tmp_path: Path, name: str) -> None:
     assert a1.shape == (8, 2)
 
 
+def test_a_flipped_bit_that_stays_finite_is_refused_by_its_digest(tmp_path: Path) -> None:
+    """One mantissa bit of a weight changed on disk: a valid file of finite numbers, the right names and shapes,
+    that only policy.json's SHA-256 tells apart. Load and hot swap refuse it; the running weights stay; a
+    checkpoint saved before the digest existed still loads."""
+    import struct
+
+    from robot_rl.policies.checkpoint import DIGEST_KEY
+
+    policy = small_policy()
+    policy.save(tmp_path / "ckpt")
+    file = tmp_path / "ckpt" / "model.safetensors"
+    raw = bytearray(file.read_bytes())
+    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    name, entry = next((k, v) for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32")
+    at = 8 + struct.unpack("<Q", raw[:8])[0] + entry["data_offsets"][0]
+    raw[at] ^= 1  # the lowest mantissa bit of the tensor's first value (little-endian)
+    file.write_bytes(bytes(raw))
+    assert torch.isfinite(load_file(str(file))[name]).all()
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: its bytes are not those saved \(SHA-256"):
+        Policy.load(tmp_path / "ckpt")
+    live = small_policy()
+    before = {k: v.clone() for k, v in live.state_dict().items()}
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        live.load_weights(tmp_path / "ckpt", immediately=True)
+    assert all(torch.equal(before[k], v) for k, v in live.state_dict().items())
+    meta = json.loads((tmp_path / "ckpt" / "policy.json").read_text())
+    assert len(meta.pop(DIGEST_KEY)) == 64  # a checkpoint from before the digest: loads as it is
+    (tmp_path / "ckpt" / "policy.json").write_text(json.dumps(meta))
+    assert Policy.load(tmp_path / "ckpt").state_dict()[name].flatten()[0] != policy.state_dict()[name].flatten()[0]
+
+
 def test_mismatched_checkpoints_fail_clearly_before_loading(tmp_path: Path) -> None:
     policy = small_policy()
     before = {k: v.clone() for k, v in policy.state_dict().items()}

@@ -39,6 +39,27 @@ SLICE = 1 << 19
 _warned: set[tuple[str, ...]] = set()
 
 
+def restamp_policy_digest(name: str, data: memoryview, narrowed: dict[str, str]) -> bytes | None:
+    """policy.json (``name``, bytes ``data``) recording the narrowed model.safetensors' SHA-256, or None.
+
+    ``narrowed``: file name -> digest of what is sent. Policy loaders check that digest
+    (robot_rl.policies.checkpoint.DIGEST_KEY) and the actor's copy is the narrowed file, so its policy.json must
+    describe that one. Anything else (no policy.json, or one that records no digest) goes as is: None.
+    """
+    from robot_rl.policies.checkpoint import DIGEST_KEY, META_FILE, WEIGHTS_FILE
+
+    if name != META_FILE or WEIGHTS_FILE not in narrowed:
+        return None
+    try:
+        meta = json.loads(bytes(data))
+    except ValueError:
+        return None  # the actor's loader refuses it with its own message
+    if not isinstance(meta, dict) or DIGEST_KEY not in meta:
+        return None
+    meta[DIGEST_KEY] = narrowed[WEIGHTS_FILE]
+    return json.dumps(meta, indent=2).encode()
+
+
 def check_push_dtype(dtype: str) -> str:
     """``dtype`` if it is one of :data:`PUSH_DTYPES`; ValueError naming them otherwise."""
     if dtype not in PUSH_DTYPES:

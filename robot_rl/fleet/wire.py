@@ -267,7 +267,7 @@ def map_weights(folder: str | Path, version: int, dtype: str = "float32",
     other than float32, each safetensors file is re-encoded in memory with its floating tensors in ``dtype``
     but those named in ``exact`` (:func:`~robot_rl.fleet.push_dtype.narrow_safetensors`).
     """
-    files, parts = [], []
+    files, parts, narrowed = [], [], {}
     for path in sorted(Path(folder).iterdir()):
         if path.is_file() and WEIGHT_FILE.match(path.name):
             if dtype != "float32" and path.suffix == ".safetensors":
@@ -275,6 +275,7 @@ def map_weights(folder: str | Path, version: int, dtype: str = "float32",
 
                 encoded, digest = narrow_safetensors(path, dtype, exact)  # hashed as it is written
                 data = memoryview(encoded)
+                narrowed[path.name] = digest
             else:
                 with open(path, "rb") as f:
                     size = os.fstat(f.fileno()).st_size
@@ -282,6 +283,14 @@ def map_weights(folder: str | Path, version: int, dtype: str = "float32",
                 digest = hashlib.sha256(data).hexdigest()
             files.append({"name": path.name, "size": data.nbytes, "sha256": digest})
             parts.append(data)
+    if narrowed:  # a policy checkpoint's own record of its weights' SHA-256 describes the narrowed file now
+        from robot_rl.fleet.push_dtype import restamp_policy_digest
+
+        for i, entry in enumerate(files):
+            restamped = restamp_policy_digest(entry["name"], parts[i], narrowed)
+            if restamped is not None:
+                parts[i] = memoryview(restamped)
+                entry.update(size=len(restamped), sha256=hashlib.sha256(restamped).hexdigest())
     return {"type": "weights", "version": int(version), "files": files}, parts
 
 

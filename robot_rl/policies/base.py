@@ -28,17 +28,25 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
 from torch import nn
 from torch.nn import functional as F
 
 from robot_rl.core.config import ConfigError, config_to_dict, load_config
 from robot_rl.core.spaces import SpecError
 from robot_rl.policies.checkpoint import CHECKPOINT_FORMAT as CHECKPOINT_FORMAT
+from robot_rl.policies.checkpoint import (
+    DIGEST_KEY,
+    check_digest,
+    checkpoint_version,
+    config_diff,
+    first_line,
+    weights_digest,
+)
 from robot_rl.policies.checkpoint import META_FILE as META_FILE
 from robot_rl.policies.checkpoint import WEIGHTS_FILE as WEIGHTS_FILE
 from robot_rl.policies.checkpoint import CheckpointError as CheckpointError
-from robot_rl.policies.checkpoint import checkpoint_version, config_diff, first_line
 from robot_rl.policies.checkpoint import read_metadata as read_metadata
 from robot_rl.policies.checkpoint import save_failed as save_failed
 from robot_rl.policies.chunking import ExecutorConfig
@@ -327,15 +335,18 @@ class Policy(nn.Module):
         """Write ``model.safetensors`` and ``policy.json`` into folder ``path`` (created).
 
         Both go to temporary files renamed over the old ones, so a failed save (disk full) leaves the previous
-        checkpoint loadable; the failure is one OSError naming the folder.
+        checkpoint loadable; the failure is one OSError naming the folder. policy.json records the weights'
+        SHA-256 (:data:`~robot_rl.policies.checkpoint.DIGEST_KEY`), which every load checks.
         """
         path = Path(path)
         tensors = {k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()}
         tmp_weights, tmp_meta = path / f".{WEIGHTS_FILE}.tmp", path / f".{META_FILE}.tmp"
         try:
             path.mkdir(parents=True, exist_ok=True)
-            save_file(tensors, str(tmp_weights), metadata={"type": self.name, "version": str(self.version)})
-            tmp_meta.write_text(json.dumps(self.metadata(), indent=2), encoding="utf-8")
+            data = save_tensors(tensors, metadata={"type": self.name, "version": str(self.version)})
+            tmp_weights.write_bytes(data)
+            tmp_meta.write_text(json.dumps({**self.metadata(), DIGEST_KEY: weights_digest(data)}, indent=2),
+                                encoding="utf-8")
             os.replace(tmp_weights, path / WEIGHTS_FILE)
             os.replace(tmp_meta, path / META_FILE)
         except (OSError, SafetensorError) as exc:
@@ -377,7 +388,7 @@ class Policy(nn.Module):
                                   f"({first_line(exc)})") from exc
         probe._check_header(path)
         policy = klass(config, spec)
-        policy.load_state_dict(policy._checked_tensors(path), strict=True)  # CPU; .to(device) afterwards
+        policy.load_state_dict(policy._checked_tensors(path, meta), strict=True)  # CPU; .to(device) afterwards
         policy.version = checkpoint_version(meta, file)
         policy.task = str(meta.get("task", ""))  # the instruction it was trained with (language policies)
         return policy
@@ -398,7 +409,7 @@ class Policy(nn.Module):
             diff = config_diff(mine[part], meta[part], part)
             if diff:
                 raise CheckpointError(f"{path}: {part} differs from the running policy: {'; '.join(diff)}")
-        tensors = self._checked_tensors(path)
+        tensors = self._checked_tensors(path, meta)
         new_version = int(version) if version is not None else \
             max(checkpoint_version(meta, Path(path) / META_FILE), self.version + 1)
         with self._swap_lock:
@@ -439,15 +450,21 @@ class Policy(nn.Module):
             more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
             raise CheckpointError(f"{file}: does not match the {self.name} policy: {'; '.join(problems[:5])}{more}")
 
-    def _checked_tensors(self, path: str | Path) -> dict[str, torch.Tensor]:
+    def _checked_tensors(self, path: str | Path, meta: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """The weights of checkpoint ``path`` (policy.json ``meta``): names, shapes, finiteness, then SHA-256.
+
+        The digest comes last, so a structural fault gets the message that names it.
+        """
         file = Path(path) / WEIGHTS_FILE
         if not file.is_file():
             raise CheckpointError(f"{path}: no {WEIGHTS_FILE}")
         try:
-            tensors = load_file(str(file))
-        except SafetensorError as exc:
+            data = file.read_bytes()
+            tensors = load_tensors(data)
+        except (SafetensorError, OSError) as exc:
             raise CheckpointError(f"{file}: not a readable safetensors file ({exc})") from exc
         self._compare(file, {k: tuple(v.shape) for k, v in tensors.items()}, tensors)
+        check_digest(meta, data, file)
         return tensors
 
 

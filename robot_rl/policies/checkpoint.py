@@ -7,6 +7,7 @@ failed load or save gives. :class:`robot_rl.policies.base.Policy` builds on thes
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +16,10 @@ from typing import Any
 CHECKPOINT_FORMAT = "robot_rl.policy"
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "policy.json"
+DIGEST_KEY = "weights_sha256"
+"""policy.json's SHA-256 of model.safetensors as it was saved. A flipped bit on disk that still decodes to
+finite numbers (no format or finiteness check can see it) is refused at load instead of acting on a robot;
+checkpoints saved before it existed load unchecked."""
 
 
 class CheckpointError(ValueError):
@@ -42,6 +47,21 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{file}: 'type' must be a string, got {type(meta['type']).__name__}")
     checkpoint_version(meta, file)
     return meta
+
+
+def weights_digest(data: bytes | bytearray | memoryview) -> str:
+    """The :data:`DIGEST_KEY` value of a weights file's bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_digest(meta: Mapping[str, Any], data: bytes | bytearray | memoryview, file: Path) -> None:
+    """CheckpointError unless ``data`` (the bytes of ``file``) is what ``meta`` recorded at save time, if it did."""
+    want = meta.get(DIGEST_KEY)
+    if want is None:
+        return
+    if not isinstance(want, str) or weights_digest(data) != want:
+        raise CheckpointError(f"{file}: its bytes are not those saved (SHA-256 differs from {META_FILE}'s "
+                              f"{DIGEST_KEY}): changed or corrupted on disk since")
 
 
 def save_failed(path: Path, exc: BaseException) -> OSError:
