@@ -287,7 +287,7 @@ def map_weights(folder: str | Path, version: int, dtype: str = "float32",
         from robot_rl.fleet.push_dtype import restamp_policy_digest
 
         for i, entry in enumerate(files):
-            restamped = restamp_policy_digest(entry["name"], parts[i], narrowed)
+            restamped = restamp_policy_digest(str(entry["name"]), parts[i], narrowed)
             if restamped is not None:
                 parts[i] = memoryview(restamped)
                 entry.update(size=len(restamped), sha256=hashlib.sha256(restamped).hexdigest())
