@@ -21,6 +21,9 @@ def test_wilson_interval_matches_known_values() -> None:
     assert lo == pytest.approx(0.4902, abs=1e-3) and hi == pytest.approx(0.9433, abs=1e-3)
     assert wilson_interval(0, 20)[0] == 0.0 and wilson_interval(20, 20)[1] == 1.0
     assert wilson_interval(0, 0) == (0.0, 1.0)
+    for k, n in ((3, 2), (-1, 5)):  # as scipy's binomtest refused them
+        with pytest.raises(ValueError, match="0 <= successes <= trials"):
+            wilson_interval(k, n)
 
 
 def test_wilson_interval_is_scipys_at_every_count_and_confidence() -> None:

@@ -125,6 +125,8 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     The closed form (Wilson 1927; scipy's ``binomtest(k, n).proportion_ci(method="wilson")``, which the tests
     compare it with): importing scipy.stats costs every actor and learner process ~0.9 s of start-up.
     """
+    if not 0 <= k <= n:
+        raise ValueError(f"wilson_interval: needs 0 <= successes <= trials, got {k} of {n}")
     if n == 0:
         return 0.0, 1.0
     p, z2 = k / n, z * z
