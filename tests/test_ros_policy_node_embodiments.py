@@ -50,21 +50,23 @@ def _run(launch_file: str, ckpt: Path, tmp_path: Path, topic: str, msg_type: typ
     """Bring the graph up, collect ``n`` commands on ``topic``, the controller's modes and rejection counts."""
     got: dict = {"commands": [], "modes": [], "rejected": [], "reasons": [], "versions": [], "diagnostics": set()}
     launch_description = load_launch_file(launch_file, {"with_policy": "true", "policy_path": str(ckpt)})
-    with launch(launch_description, tmp_path / "logs") as graph:
-        rclpy.init()
-        node = rclpy.create_node("embodiment_probe")
-        try:
-            node.create_subscription(msg_type, topic, got["commands"].append, 10)
-            node.create_subscription(String, "/controller/mode", lambda m: got["modes"].append(m.data), LATCHED)
-            node.create_subscription(Int64, "/policy/version", lambda m: got["versions"].append(m.data), LATCHED)
-            got["frames"] = frames = FramesProbe(node, odometry=True)
+    # the probe subscribes before the graph starts, so its first odometry is the sim's first (at home): joining
+    # after the launch, a loaded run heard the quadrotor first 0.2 m away, already flown by the policy
+    rclpy.init()
+    node = rclpy.create_node("embodiment_probe")
+    try:
+        node.create_subscription(msg_type, topic, got["commands"].append, 10)
+        node.create_subscription(String, "/controller/mode", lambda m: got["modes"].append(m.data), LATCHED)
+        node.create_subscription(Int64, "/policy/version", lambda m: got["versions"].append(m.data), LATCHED)
+        got["frames"] = frames = FramesProbe(node, odometry=True)
 
-            def on_diag(msg: DiagnosticArray) -> None:
-                for status in msg.status:
-                    got["diagnostics"].add((status.name, status.hardware_id))
-                    got["reasons"].append(status.message)
-                    got["rejected"] += [int(v.value) for v in status.values if v.key == "rejected_targets"]
-            node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+        def on_diag(msg: DiagnosticArray) -> None:
+            for status in msg.status:
+                got["diagnostics"].add((status.name, status.hardware_id))
+                got["reasons"].append(status.message)
+                got["rejected"] += [int(v.value) for v in status.values if v.key == "rejected_targets"]
+        node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+        with launch(launch_description, tmp_path / "logs") as graph:
             assert spin_until(node, 90, until=lambda: len(got["commands"]) >= n), graph.log("policy")
             _clear_a_starvation_estop(node, got)
             t0 = time.monotonic()
@@ -73,9 +75,9 @@ def _run(launch_file: str, ckpt: Path, tmp_path: Path, topic: str, msg_type: typ
             got["policy_log"] = graph.log("policy")
             got["undocumented"] = undocumented_topics(node)
             assert graph.is_running("policy") and graph.is_running("sim")
-        finally:
-            node.destroy_node()
-            rclpy.shutdown()
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
     return got
 
 
