@@ -3,17 +3,17 @@ holds nothing (an encoder's threads, a file) and refuses more frames."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from robot_rl.core.scheduling import process_threads
 from robot_rl.data.video import VideoWriter, pick_encoder, read_video
 
 
 def _threads() -> int:
-    return len(os.listdir("/proc/self/task"))
+    return len(process_threads())
 
 
 def test_frames_come_back_at_their_timestamps_and_close_lets_the_encoder_go(tmp_path: Path) -> None:
