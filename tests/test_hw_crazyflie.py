@@ -496,8 +496,9 @@ class TestGraph:
     def test_a_trained_policy_flies_the_emulated_crazyflie(self, graph: dict[str, Any]) -> None:
         probe: Probe = graph["probe"]
         reset: Any = probe.node.create_client(probe.Trigger, "/safety/reset")
+        assert reset.wait_for_service(timeout_sec=10)  # a request sent before the client has matched is lost
         future = reset.call_async(probe.Trigger.Request())
-        assert probe.spin(3, until=lambda: future.done()) and future.result().success, future.result()
+        assert probe.spin(10, until=lambda: future.done()) and future.result().success, future.result()
         assert probe.spin(2, until=lambda: probe.diag.get("estop") == "False")  # the bridge heard it
         rejected = int(probe.diag.get("rejected_targets", "0"))
         probe.commands.clear()  # the probe heard its own body-rate commands before
@@ -516,7 +517,7 @@ class TestGraph:
             assert all(p[2] > 0.5 for p in flown) and len(flown) > 200
             held = np.array([p for t, p in probe.poses if t > time.monotonic() - 0.5])
             assert np.linalg.norm(held.mean(axis=0) - GOAL) < 0.05 and np.ptp(held, axis=0).max() < 0.05, held[-1]
-            assert "thrust_body_rates on target_body_rates" in policy.log("policy")
+            assert policy.wait_for_log("policy", "thrust_body_rates on target_body_rates")
             policy.kill("policy")  # SIGKILL: a crashed policy, its stream stops now
             probe.spin(0.05)
             last = probe.commands[-1]

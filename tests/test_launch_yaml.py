@@ -115,7 +115,7 @@ launch:
         while graph._procs["flaky"].restarts < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert graph._procs["flaky"].restarts >= 2 and graph.log("flaky").count("2") >= 2
-        assert graph.is_running("sleeper") and "1" in graph.log("sleeper")
+        assert graph.is_running("sleeper") and graph.wait_for_log("sleeper", "1")
         graph.kill("sleeper")
         time.sleep(0.5)
         assert not graph.is_running("sleeper") and graph.returncode("sleeper") == -9

@@ -557,7 +557,7 @@ def test_policy_node_streams_a_lerobot_checkpoint_and_holds_when_its_child_dies(
             node.create_subscription(PoseStamped, "/target_pose", targets.append, 10)
             node.create_subscription(Float64MultiArray, "/policy/action", actions.append, 10)
             assert spin_until(node, 90, lambda: len(actions) > 10), graph.log("policy")
-            assert "LeRobotPolicy v0" in graph.log("policy")
+            assert graph.wait_for_log("policy", "LeRobotPolicy v0")
             assert all(len(a.data) == 7 and np.all(np.isfinite(a.data)) for a in actions)
             pids = _child_pids(ckpt)
             assert len(pids) == 1, pids

@@ -107,7 +107,7 @@ def test_camera_node_fails_clearly_on_missing_source(tmp_path: Path) -> None:
         while graph.is_running("cam/wrist_camera") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert graph.returncode("cam/wrist_camera") not in (0, None)
-        assert "video file not found" in graph.log("cam/wrist_camera")
+        assert graph.wait_for_log("cam/wrist_camera", "video file not found")
 
 
 def test_image_conversions_reject_malformed_messages() -> None:

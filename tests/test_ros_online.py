@@ -58,7 +58,7 @@ def test_policy_node_streams_to_the_learner_node_and_swaps_its_weights(tmp_path:
                 assert spin(20, until=future.done) and future.result() is not None
 
             assert spin(90, until=lambda: status and status[-1]["steps"] >= 20), graph.log("learner")
-            assert "stand-in 'default' (commands 30 ms late)" in graph.log("sim")
+            assert graph.wait_for_log("sim", "stand-in 'default' (commands 30 ms late)")
             assert status[-1]["human_steps"] == 0 and status[-1]["updates"] == 0  # no human data yet: no training
             call(intervene, SetBool.Request(data=True))
             assert spin(30, until=lambda: status[-1]["human_steps"] >= 15), graph.log("learner")

@@ -89,7 +89,7 @@ def test_estop_reset_and_stale_topic(tmp_path: Path) -> None:
                 graph.kill("safety", signal.SIGCONT)
             spin_until(lambda: False, timeout=0.5)
             assert estop[-1] is False, graph.log("safety")
-            assert "this node was starved" in graph.log("safety")
+            assert spin_until(lambda: "this node was starved" in graph.log("safety")), graph.log("safety")
 
             publishing[0] = False  # the joint-state driver "crashes"
             t0 = time.monotonic()
@@ -97,7 +97,7 @@ def test_estop_reset_and_stale_topic(tmp_path: Path) -> None:
             assert time.monotonic() - t0 < 1.0  # 0.3 s max age + 50 ms check period + delivery
             refused = call(reset_client)
             assert not refused.success and "stale" in refused.message
-            assert "stale topic(s): joint_states" in graph.log("safety")
+            assert spin_until(lambda: "stale topic(s): joint_states" in graph.log("safety")), graph.log("safety")
         finally:
             node.destroy_node()
             rclpy.shutdown()
@@ -134,7 +134,7 @@ def test_a_topic_that_stalls_at_bring_up_does_not_latch_the_estop(tmp_path: Path
             assert topic_status[-1] == "starting"
             run(1.0, publish=False)  # ... then a 1 s stall (> max_age 0.3 s)
             assert estop[-1] is False and topic_status[-1] == "stale", graph.log("safety")
-            assert "went silent during bring-up" in graph.log("safety")
+            assert graph.wait_for_log("safety", "went silent during bring-up"), graph.log("safety")
             run(ARM_AFTER_S + 0.5, publish=True)  # alive long enough: armed
             assert estop[-1] is False and topic_status[-1] == "alive"
             stalled = time.monotonic()

@@ -112,7 +112,7 @@ def test_sim_arm_graph(tmp_path: Path) -> None:
             assert probe.spin_for(10, until=lambda: probe.modes[-1] == "hold"), probe.modes
             probe.spin_for(1.0)
             assert np.linalg.norm(probe.pose[0] - held_at) < 0.01
-            assert "stale target" in graph.log("sim")
+            assert graph.wait_for_log("sim", "stale target")
 
             # 3. malformed targets are refused with a reason; the graph keeps running
             nan_target = pose_to_msg(goal, quat, time.time_ns(), "base")
@@ -139,7 +139,7 @@ def test_sim_arm_graph(tmp_path: Path) -> None:
             away = before + np.array([-0.1, 0.0, 0.05])
             probe.spin_for(2.0, publish=away, quat=quat)
             assert np.linalg.norm(probe.pose[0] - away) > 0.09  # did not go to the new target
-            assert "e-stop engaged" in graph.log("sim")
+            assert graph.wait_for_log("sim", "e-stop engaged")
         finally:
             probe.node.destroy_node()
             rclpy.shutdown()

@@ -109,6 +109,19 @@ class LaunchedGraph:
         """Everything the named process printed so far."""
         return self._procs[name].log_path.read_text(errors="replace")
 
+    def wait_for_log(self, name: str, text: str, timeout: float = 10.0) -> bool:
+        """Wait until the named process has printed ``text``; False after ``timeout``.
+
+        A line reaches the log through a pipe and a pump thread, so it can trail what the process published
+        just before it.
+        """
+        deadline = time.monotonic() + timeout
+        while text not in self.log(name):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send a signal to one process (tests use this to simulate a crashed node)."""
         proc = self._procs[name].proc
